@@ -1,0 +1,142 @@
+"""Every instance of the papers by name, and the seeded random families (THEORY §4–§8).
+
+The fixed-head instances of [MMTS] store the score in a third coordinate: ``v = (0, 0, 1)`` and
+``W = diag(1, 1, 0)``, so the keys are the first two coordinates (the plane every figure is drawn
+in) and ``γ_t`` is the third coordinate times the label.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import TokenSelectionProblem, prompt_attention, self_attention
+
+__all__ = [
+    "KEY_PLANE",
+    "SCORE_HEAD",
+    "single_input",
+    "SINGLE_INPUT_INITS",
+    "multi_input",
+    "MULTI_INPUT_INITS",
+    "loss_study",
+    "joint_tokens",
+    "JOINT_P0",
+    "JOINT_V0",
+    "random_tokens",
+]
+
+#: Keys are the first two coordinates of a token in the fixed-head figures of [MMTS].
+KEY_PLANE = np.diag([1.0, 1.0, 0.0])
+#: The head reads the score from the third coordinate.
+SCORE_HEAD = np.array([0.0, 0.0, 1.0])
+
+#: Fig. 1 initialisations ``p(0) = (0, y0, 0)``, ``y0 ∈ {1, 0.5, 0, −0.5, −1, −1.5}``.
+SINGLE_INPUT_INITS = np.array([[0.0, y0, 0.0] for y0 in (1.0, 0.5, 0.0, -0.5, -1.0, -1.5)])
+#: Multi-input figure initialisations ``p(0) = (x0, 0, 0)``.
+MULTI_INPUT_INITS = np.array([[x0, 0.0, 0.0] for x0 in (1.0, 0.5, 0.0, -0.5, -1.0, -1.5)])
+#: Joint-training initialisation of [MMTS] Fig. 3.
+JOINT_P0 = np.array([0.0, -1.0])
+JOINT_V0 = np.array([-1.0, 0.0])
+
+
+def single_input(
+    local: bool = False, third_score: float | None = None, loss: str = "logistic"
+) -> TokenSelectionProblem:
+    """[MMTS] Fig. 1: one input, tokens ``(−0.1, 1 | 1)``, ``(1, 0 | 0.9)``, ``(0, 0 | s)``.
+
+    ``s = 0.9`` (Fig. 1(a), non-optimal scores tie: global regime) or ``s = 0`` with
+    ``local=True`` (Fig. 1(b)); ``third_score`` sets ``s`` directly (it must stay below 1).
+
+    >>> import attnlib as al
+    >>> al.datasets.single_input(local=True).gamma.tolist()
+    [[1.0, 0.9, 0.0]]
+    """
+    s = (0.0 if local else 0.9) if third_score is None else float(third_score)
+    if not s < 1.0:
+        raise ValueError(f"third_score must be below the optimal score 1, got {s}")
+    X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, s]]])
+    return prompt_attention(X, [1.0], SCORE_HEAD, KEY_PLANE, loss)
+
+
+def multi_input(seed: int = 0, nonopt_scores=0.5, noise: float = 0.2, loss: str = "logistic") -> TokenSelectionProblem:
+    """[MMTS] multi-input figure: ``n=3, T=7``, keys ``noise·N(0, I)`` plus offsets.
+
+    Token 0 ``+(1, 0)`` with score 1; tokens 1–3 ``+(−1, 1)``; tokens 4–6 ``+(−0.5, −0.5)``.
+    ``nonopt_scores``: a number (equal scores, the global regime; 0.5 in the paper) or an (n, 6)
+    array of scores below 1 for the non-optimal tokens. Labels are +1. The official code draws the
+    noise with torch; this uses ``numpy.random.default_rng(seed)``.
+    """
+    rng = np.random.default_rng(seed)
+    n, T = 3, 7
+    X = noise * rng.standard_normal((n, T, 3))
+    X[:, 0, :2] += (1.0, 0.0)
+    X[:, 1:4, :2] += (-1.0, 1.0)
+    X[:, 4:, :2] += (-0.5, -0.5)
+    X[:, 0, 2] = 1.0
+    X[:, 1:, 2] = np.broadcast_to(np.asarray(nonopt_scores, float), (n, T - 1))
+    return prompt_attention(X, np.ones(n), SCORE_HEAD, KEY_PLANE, loss)
+
+
+def loss_study(C: float, loss: str = "logistic") -> TokenSelectionProblem:
+    """[MMTS] loss comparison: sample 1 ``(0,0|0), (1,1|C)``; sample 2 ``(0,0|0), (1,−1|1)``.
+
+    The optimal tokens do not depend on ``C > 0``, so neither does ``p_mm* = (1, 0)``.
+    """
+    if not C > 0:
+        raise ValueError(f"C must be positive, got {C}")
+    X = np.array([[[0.0, 0.0, 0.0], [1.0, 1.0, C]], [[0.0, 0.0, 0.0], [1.0, -1.0, 1.0]]])
+    return prompt_attention(X, [1.0, 1.0], SCORE_HEAD, KEY_PLANE, loss)
+
+
+def joint_tokens(relaxed: bool = False, third=None) -> tuple[np.ndarray, np.ndarray]:
+    """[MMTS] Fig. 3 joint-training data ``(X, y)``: ``d = 2``, ``W = I``, ``y = (1, −1, 1)``.
+
+    ``X_1 = {(0,0), (1,1)}``, ``X_2 = {(0,0), (1,−1)}``, ``X_3 = {(0,0), (0.5, 1)}`` (every sample
+    a support vector of the label SVM) or ``(0.5, 1.5)`` with ``relaxed=True`` (sample 3 is not).
+    ``third`` overrides sample 3's second token.
+    """
+    x3 = np.asarray(third if third is not None else ((0.5, 1.5) if relaxed else (0.5, 1.0)), float)
+    X = np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], x3]])
+    return X, np.array([1.0, -1.0, 1.0])
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def random_tokens(
+    n: int,
+    T: int,
+    d: int,
+    seed=0,
+    family: str = "random",
+    queries: str = "self",
+    c: float = 1.0,
+    loss: str = "logistic",
+) -> TokenSelectionProblem:
+    """[FAST]/[TFSVM] random self-attention instance: unit tokens, unit decoder ``u``, labels ±1.
+
+    Args:
+        family: "random" (scores ``y_i uᵀx_it`` as drawn) or "global" (non-optimal tokens made
+            orthogonal to ``u``, so their scores tie at 0, and one token per sample given the
+            component ``y_i c u``: the equal-score family where convergence is global).
+        queries: "self" (``z_i = x_i1``) or "cross" (an independent unit query per sample).
+        seed: an int or a ``numpy.random.Generator``.
+    """
+    if family not in ("random", "global"):
+        raise ValueError(f"family must be 'random' or 'global', got {family!r}")
+    if queries not in ("self", "cross"):
+        raise ValueError(f"queries must be 'self' or 'cross', got {queries!r}")
+    for name, value in (("n", n), ("T", T), ("d", d)):
+        if not isinstance(value, (int, np.integer)) or value < (2 if name != "n" else 1):
+            raise ValueError(f"{name} must be an integer >= {2 if name != 'n' else 1}, got {value!r}")
+    rng = np.random.default_rng(seed)
+    X = _unit(rng.standard_normal((n, T, d)))
+    u = _unit(rng.standard_normal(d))
+    y = rng.choice([-1.0, 1.0], size=n)
+    if family == "global":
+        X = _unit(X - (X @ u)[..., None] * u)
+        best = rng.integers(0, T, size=n)
+        X[np.arange(n), best] = _unit(X[np.arange(n), best] + (y * c)[:, None] * u)
+    Z = None if queries == "self" else _unit(rng.standard_normal((n, d)))
+    return self_attention(X, y, u, Z, loss)

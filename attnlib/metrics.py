@@ -1,0 +1,117 @@
+"""Measurements of a trajectory against the max-margin direction (THEORY §4, §8).
+
+All functions take parameters with leading batch axes, ``theta`` (*batch, *shape), and return
+arrays of shape (*batch,) (or (*batch, n) for per-sample quantities).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+
+from .model import TokenSelectionProblem
+
+__all__ = [
+    "cosine",
+    "one_minus_cosine",
+    "direction_error",
+    "normalized_margin",
+    "selection_mass",
+    "log_one_minus_mass",
+    "fit_slope",
+]
+
+
+def _unit_pair(theta, direction):
+    direction = np.asarray(direction, float)
+    theta = np.asarray(theta, float)
+    k = direction.ndim
+    if theta.shape[theta.ndim - k :] != direction.shape:
+        raise ValueError(f"theta's trailing shape must be {direction.shape}, got {theta.shape}")
+    flat = theta.reshape(theta.shape[: theta.ndim - k] + (-1,))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = flat / np.linalg.norm(flat, axis=-1, keepdims=True)
+    return unit, direction.ravel() / np.linalg.norm(direction)
+
+
+def cosine(theta, direction) -> np.ndarray:
+    """``⟨θ, d⟩ / (‖θ‖‖d‖)`` (the "correlation" of [TFSVM]): (*batch,). NaN at θ = 0.
+
+    >>> import attnlib as al
+    >>> float(al.cosine([[1.0, 1.0]], [1.0, 0.0])[0])
+    0.7071067811865475
+    """
+    unit, d = _unit_pair(theta, direction)
+    return unit @ d
+
+
+def one_minus_cosine(theta, direction) -> np.ndarray:
+    """``1 − cos(θ, d)`` as ``‖θ̂ − d̂‖²/2``: accurate when the two are nearly parallel."""
+    unit, d = _unit_pair(theta, direction)
+    return 0.5 * np.sum((unit - d) ** 2, axis=-1)
+
+
+def direction_error(theta, direction) -> np.ndarray:
+    """``‖θ/‖θ‖ − d/‖d‖‖`` (Frobenius for matrices): (*batch,)."""
+    unit, d = _unit_pair(theta, direction)
+    return np.linalg.norm(unit - d, axis=-1)
+
+
+def _select(prob: TokenSelectionProblem, select) -> np.ndarray:
+    return prob.opt if select is None else np.asarray(select)
+
+
+def normalized_margin(prob: TokenSelectionProblem, theta, select=None) -> np.ndarray:
+    """``γ(θ) = min_{i, t≠α_i} ⟨θ, A_iα_i − A_it⟩ / ‖θ‖``; tends to ``1/‖θ_mm(α)‖`` [FAST]."""
+    flat, batch = prob._flat(theta)
+    sel = _select(prob, select)
+    logits = prob.logits(theta)
+    chosen = np.take_along_axis(logits, np.broadcast_to(sel, batch + (prob.n,))[..., None], axis=-1)
+    diff = chosen - logits
+    mask = np.arange(prob.T) != np.asarray(sel)[..., None]
+    smallest = np.min(np.where(mask, diff, np.inf), axis=(-2, -1))
+    return smallest / np.linalg.norm(flat, axis=-1)
+
+
+def selection_mass(prob: TokenSelectionProblem, theta, select=None) -> np.ndarray:
+    """Softmax probability of the selected token, ``σ_iα_i``: (*batch, n)."""
+    _, batch = prob._flat(theta)
+    sel = np.broadcast_to(_select(prob, select), batch + (prob.n,))
+    return np.exp(np.take_along_axis(prob.log_attention(theta), sel[..., None], axis=-1)[..., 0])
+
+
+def log_one_minus_mass(prob: TokenSelectionProblem, theta, select=None) -> np.ndarray:
+    """``log(1 − σ_iα_i) = logsumexp_{t≠α_i} log σ_it``: (*batch, n).
+
+    Exact where ``1 − σ`` is far below machine epsilon (it underflows to 0 if computed directly).
+    """
+    _, batch = prob._flat(theta)
+    sel = np.broadcast_to(_select(prob, select), batch + (prob.n,))
+    log_sigma = prob.log_attention(theta)
+    others = np.where(np.arange(prob.T) == sel[..., None], -np.inf, log_sigma)
+    return logsumexp(others, axis=-1)
+
+
+def fit_slope(x, y, log_x: bool = True, log_y: bool = True) -> tuple[float, float]:
+    """Least-squares line through ``(x, y)`` on the chosen axes: returns ``(slope, intercept)``.
+
+    Use it for measured rates: ``fit_slope(t, err)`` is the exponent of a power law,
+    ``fit_slope(t, log_err, log_y=False)`` an exponential rate, ``fit_slope(t, norm, log_y=False)``
+    the coefficient of ``log t`` growth.
+
+    >>> import numpy as np, attnlib as al
+    >>> t = np.arange(1.0, 100.0)
+    >>> [round(v, 6) for v in al.fit_slope(t, 3 * t**-0.5)]
+    [-0.5, 1.098612]
+    """
+    x = np.asarray(x, float)
+    y = np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+        raise ValueError(f"x and y must be 1-D of equal length >= 2, got {x.shape} and {y.shape}")
+    xs = np.log(x) if log_x else x
+    ys = np.log(y) if log_y else y
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    if ok.sum() < 2:
+        raise ValueError("fit_slope needs at least two finite points on the chosen axes")
+    slope, intercept = np.polyfit(xs[ok], ys[ok], 1)
+    return float(slope), float(intercept)

@@ -1,0 +1,416 @@
+"""The token-selection problem: logits linear in θ, fixed token scores (THEORY §1).
+
+Sample ``i`` has ``T`` tokens; a parameter ``θ`` (a vector ``p`` or a matrix ``W``) gives
+logits linear in θ and each token carries a fixed score ``γ_it``:
+
+.. math::
+
+    s_{it}(θ) = ⟨θ, A_{it}⟩, \\quad σ_i(θ) = \\mathrm{softmax}(s_i(θ)), \\quad
+    L(θ) = \\frac1n \\sum_i ℓ\\Big(\\sum_t σ_{it} γ_{it}\\Big).
+
+The prompt-attention model of [MMTS] and the self-attention model of [FAST]/[TFSVM] are two
+constructors of this one problem (:func:`prompt_attention`, :func:`self_attention`).
+
+Numerics (THEORY §1, §10). Every quantity is computed from the log-softmax and from the
+non-negative *deficit* ``δ_i = Σ_t σ_it (γ_i,opt − γ_it)``, never as a difference of nearly equal
+numbers: the output is ``γ_opt − δ``, the loss gap ``L − L*`` is ``ℓ(γ_opt − δ) − ℓ(γ_opt)`` in
+its cancellation-free form, and the gradient
+
+.. math::
+
+    ∇L(θ) = \\frac1n \\sum_i ℓ'(u_i) \\sum_{t} σ_{it} (γ_{it} − u_i)(A_{it} − A_{i,\\mathrm{opt}_i})
+
+uses ``γ_it − u_i = δ_i − (γ_opt − γ_it)`` and features measured from the optimal token, so it
+stays exact once ``1 − σ_opt`` is far below machine epsilon. The gradient is also available as
+``(log scale, scaled vector)`` so that its *direction* is exact even where its size underflows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy.special import log_softmax, logsumexp
+
+from .losses import Loss, get_loss
+
+__all__ = [
+    "TokenSelectionProblem",
+    "JointAttention",
+    "token_selection",
+    "prompt_attention",
+    "self_attention",
+]
+
+
+def _as_float_array(name: str, value, ndim: int | None = None) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return arr
+
+
+def _check_labels(y, n: int) -> np.ndarray:
+    y = _as_float_array("y", y, ndim=1)
+    if y.shape != (n,):
+        raise ValueError(f"y must have shape ({n},) (one label per sample), got {y.shape}")
+    if not np.all(np.isin(y, (-1.0, 1.0))):
+        raise ValueError(f"y must contain only labels -1 and +1, got values {np.unique(y)}")
+    return y
+
+
+@dataclass(frozen=True, eq=False)
+class _Terms:
+    """Per-sample quantities shared by the loss, the gap and the gradient at one θ batch."""
+
+    log_sigma: np.ndarray  # (..., n, T)
+    log_delta: np.ndarray  # (..., n)   log of the deficit δ_i ≥ 0
+    output: np.ndarray  # (..., n)   u_i = γ_opt − δ_i
+
+
+def _deficit_terms(log_sigma: np.ndarray, score_gap: np.ndarray, gamma_ref: np.ndarray) -> _Terms:
+    """``δ_i = Σ_t σ_it Δ_it`` in log space, Δ = score gap to the reference token (≥ 0)."""
+    with np.errstate(divide="ignore"):
+        log_gap = np.log(score_gap)
+        log_delta = logsumexp(log_sigma + log_gap, axis=-1)
+    output = gamma_ref - np.exp(log_delta)
+    return _Terms(log_sigma, log_delta, output)
+
+
+def _scaled_weights(
+    log_sigma: np.ndarray, gamma: np.ndarray, output: np.ndarray, loss: Loss
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient weights ``w_it = ℓ'(u_i) σ_it (γ_it − u_i) / n`` as ``exp(m) · w_scaled``.
+
+    ``γ_it − u_i`` is computed from the token ``r_i`` that currently holds most of the attention
+    (not from the optimal one): ``γ_it − u_i = (γ_it − γ_ir) + Σ_τ σ_iτ (γ_ir − γ_iτ)``, where
+    the sum is tiny once the softmax saturates on ``r_i`` whichever token that is. A fixed
+    reference would cancel catastrophically on runs that converge to a *local* selection.
+    The reference's own weight is set to ``−Σ_{t≠r} w_it`` (the weights of a sample sum to zero),
+    so features may be measured from any base token.
+
+    Args: ``log_sigma`` (..., n, T); ``gamma`` broadcastable to it; ``output`` ``u`` (..., n).
+    Returns ``m`` (...) (``-inf`` when every weight is zero) and ``w_scaled`` (..., n, T), largest
+    magnitude 1.
+    """
+    n = log_sigma.shape[-2]
+    gamma = np.broadcast_to(gamma, log_sigma.shape)
+    ref = np.argmax(log_sigma, axis=-1)[..., None]
+    gamma_ref = np.take_along_axis(gamma, ref, axis=-1)
+    ref_minus_output = np.sum(np.exp(log_sigma) * (gamma_ref - gamma), axis=-1, keepdims=True)
+    diff = (gamma - gamma_ref) + ref_minus_output  # γ_it − u_i
+    is_ref = np.arange(log_sigma.shape[-1]) == ref
+    with np.errstate(divide="ignore"):
+        log_neg_dloss = np.log(-loss.derivative(output))
+        log_abs = log_neg_dloss[..., None] - np.log(n) + log_sigma + np.log(np.abs(diff))
+    log_abs = np.where(is_ref, -np.inf, log_abs)
+    m = np.max(log_abs, axis=(-2, -1))
+    finite_m = np.where(np.isfinite(m), m, 0.0)
+    w_scaled = -np.sign(diff) * np.exp(log_abs - finite_m[..., None, None])
+    w_scaled = np.where(is_ref, -np.sum(w_scaled, axis=-1, keepdims=True), w_scaled)
+    return m, w_scaled
+
+
+@dataclass(frozen=True, eq=False)
+class TokenSelectionProblem:
+    """Logit features ``A`` (n, T, *shape), scores ``gamma`` (n, T) and a loss (THEORY §1).
+
+    Every method accepts ``theta`` of shape ``(*batch, *shape)`` and returns arrays with the
+    leading ``batch`` axes: a batch of initialisations is evaluated in one set of array operations.
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, 0.9]]])
+    >>> prob = al.prompt_attention(X, [1], v=[0, 0, 1], W=np.diag([1.0, 1.0, 0.0]))
+    >>> prob.n, prob.T, prob.shape, prob.opt.tolist()
+    (1, 3, (3,), [0])
+    >>> bool(prob.gap(np.zeros(3)) > 0)
+    True
+    """
+
+    A: np.ndarray
+    gamma: np.ndarray
+    loss: Loss
+
+    def __post_init__(self):
+        A = _as_float_array("A", self.A)
+        gamma = _as_float_array("gamma", self.gamma, ndim=2)
+        if A.ndim < 3 or A.shape[:2] != gamma.shape:
+            raise ValueError(
+                f"A must have shape (n, T, *param_shape) matching gamma's (n, T) = {gamma.shape}, got {A.shape}"
+            )
+        if gamma.shape[1] < 2:
+            raise ValueError(f"each sample needs at least T=2 tokens, got T={gamma.shape[1]}")
+        top2 = np.sort(gamma, axis=1)[:, -2:]
+        ties = np.flatnonzero(top2[:, 1] == top2[:, 0])
+        if ties.size:
+            raise ValueError(
+                f"the optimal token must be unique in every sample (THEORY §1); samples {ties.tolist()} "
+                "have two tokens sharing the highest score"
+            )
+        A.flags.writeable = False
+        gamma.flags.writeable = False
+        object.__setattr__(self, "A", A)
+        object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+
+    # ------------------------------------------------------------------ sizes and constants
+    @property
+    def n(self) -> int:
+        return self.gamma.shape[0]
+
+    @property
+    def T(self) -> int:
+        return self.gamma.shape[1]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the parameter θ: ``(d,)`` for p, ``(d, d)`` for W."""
+        return self.A.shape[2:]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @cached_property
+    def opt(self) -> np.ndarray:
+        """``opt_i = argmax_t γ_it``, shape (n,)."""
+        return np.argmax(self.gamma, axis=1)
+
+    @cached_property
+    def gamma_opt(self) -> np.ndarray:
+        return self.gamma[np.arange(self.n), self.opt]
+
+    @cached_property
+    def score_gap(self) -> np.ndarray:
+        """``γ_i,opt − γ_it ≥ 0``, shape (n, T), zero exactly at the optimal tokens."""
+        return self.gamma_opt[:, None] - self.gamma
+
+    @cached_property
+    def loss_floor(self) -> float:
+        """``L* = (1/n) Σ_i ℓ(γ_i,opt)``: the infimum of L, approached only as ‖θ‖ → ∞."""
+        return float(np.mean(self.loss.value(self.gamma_opt)))
+
+    @cached_property
+    def _features_from_opt(self) -> np.ndarray:
+        """``A_it − A_i,opt`` flattened to (n·T, size)."""
+        A = self.A.reshape(self.n, self.T, self.size)
+        return (A - A[np.arange(self.n), self.opt][:, None, :]).reshape(self.n * self.T, self.size)
+
+    @cached_property
+    def _features_flat(self) -> np.ndarray:
+        return np.ascontiguousarray(self.A.reshape(self.n * self.T, self.size).T)
+
+    # ------------------------------------------------------------------ evaluation
+    def _flat(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+        theta = np.asarray(theta, dtype=float)
+        k = len(self.shape)
+        if theta.ndim < k or theta.shape[theta.ndim - k :] != self.shape:
+            raise ValueError(f"theta must have shape (*batch, {', '.join(map(str, self.shape))}), got {theta.shape}")
+        batch = theta.shape[: theta.ndim - k]
+        return theta.reshape(batch + (self.size,)), batch
+
+    def logits(self, theta) -> np.ndarray:
+        """``s_it = ⟨θ, A_it⟩``: (*batch, n, T)."""
+        flat, batch = self._flat(theta)
+        return (flat @ self._features_flat).reshape(batch + (self.n, self.T))
+
+    def log_attention(self, theta) -> np.ndarray:
+        """``log σ_it`` (stable log-softmax over tokens): (*batch, n, T)."""
+        return log_softmax(self.logits(theta), axis=-1)
+
+    def attention(self, theta) -> np.ndarray:
+        """``σ_it``: (*batch, n, T)."""
+        return np.exp(self.log_attention(theta))
+
+    def _terms(self, theta) -> _Terms:
+        return _deficit_terms(self.log_attention(theta), self.score_gap, self.gamma_opt)
+
+    def output(self, theta) -> np.ndarray:
+        """Signed outputs ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``: (*batch, n)."""
+        return self._terms(theta).output
+
+    def value(self, theta) -> np.ndarray:
+        """``L(θ)``: (*batch,)."""
+        return np.mean(self.loss.value(self.output(theta)), axis=-1)
+
+    def _log_gap_from(self, terms: _Terms) -> np.ndarray:
+        per_sample = self.loss.log_excess(self.gamma_opt, terms.log_delta)
+        return logsumexp(per_sample, axis=-1) - np.log(self.n)
+
+    def log_gap(self, theta) -> np.ndarray:
+        """``log(L − L*)``, accurate where ``L − L*`` itself underflows: (*batch,)."""
+        return self._log_gap_from(self._terms(theta))
+
+    def gap(self, theta) -> np.ndarray:
+        """``L − L* ≥ 0`` computed without subtracting L*: (*batch,)."""
+        return np.mean(self.loss.excess(self.gamma_opt, np.exp(self._terms(theta).log_delta)), axis=-1)
+
+    def _scaled_grad_from(self, terms: _Terms, batch) -> tuple[np.ndarray, np.ndarray]:
+        m, w = _scaled_weights(terms.log_sigma, self.gamma, terms.output, self.loss)
+        g = w.reshape(batch + (self.n * self.T,)) @ self._features_from_opt
+        return m, g.reshape(batch + self.shape)
+
+    def scaled_grad(self, theta) -> tuple[np.ndarray, np.ndarray]:
+        """``∇L = exp(log_scale) · g`` with ``g`` of order one: ``(log_scale (*batch,), g (*batch, *shape))``.
+
+        The direction ``g/‖g‖`` is exact even when ``‖∇L‖`` is below the smallest float.
+        """
+        _, batch = self._flat(theta)
+        return self._scaled_grad_from(self._terms(theta), batch)
+
+    def grad(self, theta) -> np.ndarray:
+        """``∇L(θ)``: (*batch, *shape) (THEORY §1, cancellation-free form)."""
+        m, g = self.scaled_grad(theta)
+        scale = np.exp(m).reshape(m.shape + (1,) * len(self.shape))
+        return scale * g
+
+    def selection(self, theta) -> np.ndarray:
+        """The token each sample attends to most, ``argmax_t σ_it``: (*batch, n)."""
+        return np.argmax(self.logits(theta), axis=-1)
+
+
+def token_selection(A, gamma, loss: str | Loss = "logistic") -> TokenSelectionProblem:
+    """A problem from its logit features ``A`` (n, T, *shape) and scores ``gamma`` (n, T)."""
+    return TokenSelectionProblem(A, gamma, loss)
+
+
+def prompt_attention(X, y, v, W=None, loss: str | Loss = "logistic") -> TokenSelectionProblem:
+    """[MMTS] prompt attention ``f(X) = vᵀ Xᵀ softmax(X Wᵀ p)`` with ``v`` and ``W`` fixed.
+
+    Logit features are the keys ``k_it = W x_it`` and scores are ``γ_it = y_i vᵀ x_it``.
+
+    Args:
+        X: (n, T, d) tokens.  y: (n,) labels ±1.  v: (d,) linear head.
+        W: (d_k, d) key matrix (identity if None); the parameter ``p`` has shape (d_k,).
+        loss: "logistic", "exponential" or "linear".
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[0.0, 0.0], [1.0, 1.0]]])
+    >>> al.prompt_attention(X, [1], v=[0.0, 1.0]).gamma.tolist()
+    [[0.0, 1.0]]
+    """
+    X = _as_float_array("X", X, ndim=3)
+    n, T, d = X.shape
+    y = _check_labels(y, n)
+    v = _as_float_array("v", v, ndim=1)
+    if v.shape != (d,):
+        raise ValueError(f"v must have shape ({d},) to match the token dimension d={d}, got {v.shape}")
+    W = np.eye(d) if W is None else _as_float_array("W", W, ndim=2)
+    if W.shape[1] != d:
+        raise ValueError(f"W must have shape (d_k, {d}), got {W.shape}")
+    keys = X @ W.T
+    return TokenSelectionProblem(keys, y[:, None] * (X @ v), loss)
+
+
+def self_attention(X, y, u, Z=None, loss: str | Loss = "logistic") -> TokenSelectionProblem:
+    """[FAST]/[TFSVM] self-attention ``f(X) = uᵀ Xᵀ softmax(X W z)`` with a fixed decoder ``u``.
+
+    Logits ``s_it = x_itᵀ W z_i = ⟨W, x_it z_iᵀ⟩_F``: the features are ``A_it = x_it z_iᵀ``
+    (this book's one convention for W, THEORY §10.10). Scores ``γ_it = y_i uᵀ x_it``.
+
+    Args:
+        X: (n, T, d) tokens.  y: (n,) labels ±1.  u: (d,) decoder.
+        Z: (n, d_z) queries; ``None`` uses the first token ``z_i = x_i1`` (self-attention); pass a
+            separate array for cross-attention. W has shape (d, d_z).
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.random.default_rng(0).normal(size=(4, 5, 3))
+    >>> al.self_attention(X, [1, -1, 1, -1], u=[1.0, 0, 0]).shape
+    (3, 3)
+    """
+    X = _as_float_array("X", X, ndim=3)
+    n, T, d = X.shape
+    y = _check_labels(y, n)
+    u = _as_float_array("u", u, ndim=1)
+    if u.shape != (d,):
+        raise ValueError(f"u must have shape ({d},) to match the token dimension d={d}, got {u.shape}")
+    Z = X[:, 0, :] if Z is None else _as_float_array("Z", Z, ndim=2)
+    if Z.shape[0] != n:
+        raise ValueError(f"Z must have one query per sample, shape ({n}, d_z), got {Z.shape}")
+    A = X[:, :, :, None] * Z[:, None, None, :]
+    return TokenSelectionProblem(A, y[:, None] * (X @ u), loss)
+
+
+@dataclass(frozen=True, eq=False)
+class JointAttention:
+    """[MMTS] prompt attention with a *trainable* head: ``L(p, v) = (1/n) Σ_i ℓ(y_i vᵀ X_iᵀ σ_i(p))``.
+
+    The scores ``γ_it = y_i vᵀ x_it`` move with ``v``, so the reference token of the
+    cancellation-free gradient is the current best-scoring one, per sample and per batch member.
+
+    Attributes: ``X`` (n, T, d), ``y`` (n,), ``W`` (d_k, d) keys ``k_it = W x_it``, ``loss``.
+    Methods take ``p`` (*batch, d_k) and ``v`` (*batch, d) with the same batch axes.
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[0, 0], [1, 1]], [[0, 0], [1, -1]], [[0, 0], [0.5, 1]]], float)
+    >>> joint = al.JointAttention(X, np.array([1.0, -1, 1]), np.eye(2), al.get_loss("logistic"))
+    >>> gp, gv = joint.grad(np.array([0.0, -1]), np.array([-1.0, 0]))
+    >>> gp.shape, gv.shape
+    ((2,), (2,))
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    W: np.ndarray
+    loss: Loss
+
+    def __post_init__(self):
+        X = _as_float_array("X", self.X, ndim=3)
+        y = _check_labels(self.y, X.shape[0])
+        W = _as_float_array("W", self.W, ndim=2)
+        if W.shape[1] != X.shape[2]:
+            raise ValueError(f"W must have shape (d_k, {X.shape[2]}), got {W.shape}")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "W", W)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+
+    @cached_property
+    def keys(self) -> np.ndarray:
+        """``k_it = W x_it``: (n, T, d_k)."""
+        return self.X @ self.W.T
+
+    def scores(self, v) -> np.ndarray:
+        """``γ_it = y_i vᵀ x_it``: (*batch, n, T)."""
+        v = np.asarray(v, float)
+        return self.y[:, None] * np.einsum("...d,itd->...it", v, self.X)
+
+    def log_attention(self, p) -> np.ndarray:
+        """``log σ_it(p)``: (*batch, n, T)."""
+        return log_softmax(np.einsum("...k,itk->...it", np.asarray(p, float), self.keys), axis=-1)
+
+    def _terms(self, p, v):
+        gamma = self.scores(v)
+        ref = np.argmax(gamma, axis=-1)
+        gamma_ref = np.take_along_axis(gamma, ref[..., None], axis=-1)[..., 0]
+        score_gap = gamma_ref[..., None] - gamma
+        return _deficit_terms(self.log_attention(p), score_gap, gamma_ref), gamma
+
+    def output(self, p, v) -> np.ndarray:
+        """``u_i = y_i f(X_i)``: (*batch, n)."""
+        return self._terms(p, v)[0].output
+
+    def value(self, p, v) -> np.ndarray:
+        """``L(p, v)``: (*batch,)."""
+        return np.mean(self.loss.value(self.output(p, v)), axis=-1)
+
+    def scaled_grad(self, p, v):
+        """``((log_scale_p, g_p), (log_scale_v, g_v))`` with ``∇ = exp(log_scale)·g``."""
+        terms, gamma = self._terms(p, v)
+        m_p, w = _scaled_weights(terms.log_sigma, gamma, terms.output, self.loss)
+        g_p = np.einsum("...it,itk->...k", w, self.keys - self.keys[:, :1])
+        with np.errstate(divide="ignore"):
+            log_neg_dloss = np.log(-self.loss.derivative(terms.output))  # (*batch, n)
+        m_v = np.max(log_neg_dloss, axis=-1)
+        coef = -self.y * np.exp(log_neg_dloss - m_v[..., None]) / self.X.shape[0]
+        mean_token = np.einsum("...it,itd->...id", np.exp(terms.log_sigma), self.X)
+        g_v = np.einsum("...i,...id->...d", coef, mean_token)
+        return (m_p, g_p), (m_v, g_v)
+
+    def grad(self, p, v) -> tuple[np.ndarray, np.ndarray]:
+        """``(∇_p L, ∇_v L)``: shapes (*batch, d_k) and (*batch, d)."""
+        (m_p, g_p), (m_v, g_v) = self.scaled_grad(p, v)
+        return np.exp(m_p)[..., None] * g_p, np.exp(m_v)[..., None] * g_v

@@ -1,0 +1,322 @@
+"""GD, normalised GD and the Polyak step over a batch of initialisations (THEORY §3).
+
+.. math::
+
+    \\text{GD: } θ ← θ − η∇L, \\qquad \\text{NGD: } θ ← θ − η\\frac{∇L}{‖∇L‖}, \\qquad
+    \\text{Polyak: } θ ← θ − η\\frac{L − L^*}{‖∇L‖^2}∇L .
+
+The theorems of [MMTS] are for GD with a small step; its figures use NGD (η = 0.1); [FAST]
+studies NGD and Polyak. All B trajectories step together in one set of array operations.
+
+No ``+eps`` in the NGD denominator: the gradient is carried as ``exp(log_scale) · g`` with ``g``
+of order one, so its direction is exact at any ‖θ‖ and ‖θ‖ keeps growing (THEORY §10.3). A
+trajectory stops, with its step and reason recorded, when a value turns non-finite, the
+gradient is exactly zero, or the Polyak step explodes because ``L*`` is out of reach (a run
+heading to a local selection, THEORY §10.12); the others go on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import JointAttention, TokenSelectionProblem
+
+__all__ = ["Stop", "Trajectory", "JointTrajectory", "train", "train_joint", "METHODS"]
+
+METHODS = ("gd", "ngd", "polyak")
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why and when a trajectory stopped moving."""
+
+    step: int
+    reason: str
+
+
+@dataclass(frozen=True, eq=False)
+class Trajectory:
+    """Recorded states of B trajectories.
+
+    Attributes:
+        theta: (R, B, *shape) parameters at the recorded steps.
+        steps: (R,) recorded step numbers (0 first, the last step always).
+        loss: (R, B) ``L(θ)``.
+        log_gap: (R, B) ``log(L − L*)`` (accurate where the gap underflows).
+        log_grad_norm: (R, B) ``log ‖∇L‖``.
+        stopped: B entries, ``None`` or :class:`Stop` (a stopped trajectory keeps its last θ).
+        method, lr: the optimizer.
+    """
+
+    theta: np.ndarray
+    steps: np.ndarray
+    loss: np.ndarray
+    log_gap: np.ndarray
+    log_grad_norm: np.ndarray
+    stopped: tuple
+    method: str
+    lr: float
+
+    @property
+    def gap(self) -> np.ndarray:
+        """``L − L*``: (R, B)."""
+        return np.exp(self.log_gap)
+
+    @property
+    def final(self) -> np.ndarray:
+        """Last recorded parameters: (B, *shape)."""
+        return self.theta[-1]
+
+    @property
+    def norm(self) -> np.ndarray:
+        """``‖θ‖`` (Frobenius): (R, B)."""
+        R, B = self.theta.shape[:2]
+        return np.linalg.norm(self.theta.reshape(R, B, -1), axis=-1)
+
+
+def _check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    return method
+
+
+def _check_schedule(steps, lr, record_every):
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    if not np.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    if not isinstance(record_every, (int, np.integer)) or record_every < 1:
+        raise ValueError(f"record_every must be a positive integer, got {record_every!r}")
+
+
+def _record_steps(steps: int, record_every: int) -> np.ndarray:
+    rec = np.arange(0, steps + 1, record_every)
+    return rec if rec[-1] == steps else np.append(rec, steps)
+
+
+def _progress(total: int, show: bool | None, work: float, desc: str):
+    if show is None:
+        show = work > 3e9  # a few seconds of numpy work
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False)
+
+
+def train(
+    prob: TokenSelectionProblem,
+    theta0,
+    steps: int,
+    method: str = "ngd",
+    lr: float = 0.1,
+    record_every: int = 1,
+    polyak_max_step: float = 10.0,
+    progress: bool | None = None,
+) -> Trajectory:
+    """Run ``steps`` iterations of GD, NGD or Polyak from every initialisation in ``theta0``.
+
+    Args:
+        prob: the problem.
+        theta0: (*shape) for one trajectory or (B, *shape) for a batch.
+        steps: number of iterations.
+        method: "gd", "ngd" or "polyak" (``lr`` multiplies the Polyak step; 1 is the classical one).
+        lr: step size η.
+        record_every: record every this many steps (and the last step).
+        polyak_max_step: stop a Polyak trajectory when its step is longer than
+            ``polyak_max_step · (1 + ‖θ‖)``: then ``L − L*`` stays away from 0 while ``∇L → 0``.
+        progress: show a progress bar (``None``: only for long runs).
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, 0.9]]])
+    >>> prob = al.prompt_attention(X, [1], v=[0, 0, 1], W=np.diag([1.0, 1.0, 0.0]))
+    >>> traj = al.train(prob, np.zeros((4, 3)), steps=100, method="ngd", lr=0.1)
+    >>> traj.theta.shape, bool(np.allclose(traj.norm[-1], 10.0, atol=0.5))
+    ((101, 4, 3), True)
+    """
+    _check_method(method)
+    _check_schedule(steps, lr, record_every)
+    theta = np.array(theta0, dtype=float)
+    single = theta.shape == prob.shape
+    if single:
+        theta = theta[None]
+    if theta.ndim != len(prob.shape) + 1 or theta.shape[1:] != prob.shape:
+        raise ValueError(
+            f"theta0 must have shape {prob.shape} or (B, {', '.join(map(str, prob.shape))}), got {theta.shape}"
+        )
+    if not np.all(np.isfinite(theta)):
+        raise ValueError("theta0 must be finite")
+    B, size = theta.shape[0], prob.size
+    flat = theta.reshape(B, size).copy()
+    record = _record_steps(steps, record_every)
+    R = len(record)
+    out_theta = np.empty((R, B, size))
+    out_loss = np.empty((R, B))
+    out_log_gap = np.empty((R, B))
+    out_log_gn = np.empty((R, B))
+    stop_step = np.full(B, -1)
+    stop_reason = np.full(B, "", dtype=object)
+    active = np.ones(B, bool)
+    bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{method} B={B}")
+    r = 0
+    for k in range(steps + 1):
+        terms = prob._terms(flat)
+        log_scale, g = prob._scaled_grad_from(terms, (B,))
+        g_norm = np.linalg.norm(g, axis=-1)  # g has entries of order one: no over/underflow
+        with np.errstate(divide="ignore"):
+            log_gn = log_scale + np.log(g_norm)
+        if k == record[r]:
+            out_theta[r] = flat
+            out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+            out_log_gap[r] = prob._log_gap_from(terms)
+            out_log_gn[r] = log_gn
+            r += 1
+        if k == steps:
+            break
+        bad = active & ~(np.all(np.isfinite(flat), axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
+        zero = active & ~bad & ((g_norm == 0) | np.isneginf(log_scale))
+        for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
+            stop_step[mask], stop_reason[mask] = k, why
+            active &= ~mask
+        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
+        if method == "gd":
+            length = lr * np.exp(log_gn)
+        elif method == "ngd":
+            length = np.full(B, lr)
+        else:
+            length = lr * np.exp(prob._log_gap_from(terms) - log_gn)
+            too_long = active & (length > polyak_max_step * (1.0 + np.linalg.norm(flat, axis=-1)))
+            if np.any(too_long):
+                sel = np.argmax(terms.log_sigma, axis=-1)
+                for b in np.flatnonzero(too_long):
+                    off = np.flatnonzero(sel[b] != prob.opt)
+                    where = f"samples {off.tolist()} select a non-optimal token" if off.size else "selection = opt"
+                    stop_reason[b] = f"polyak step exploded: L − L* does not vanish ({where}; L* unreachable)"
+                stop_step[too_long] = k
+                active &= ~too_long
+        flat[active] -= length[active, None] * unit[active]
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+    return Trajectory(
+        theta=out_theta.reshape((R, B) + prob.shape),
+        steps=record,
+        loss=out_loss,
+        log_gap=out_log_gap,
+        log_grad_norm=out_log_gn,
+        stopped=stopped,
+        method=method,
+        lr=float(lr),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class JointTrajectory:
+    """Recorded states of B joint (p, v) trajectories.
+
+    Attributes: ``p`` (R, B, d_k), ``v`` (R, B, d), ``steps`` (R,), ``loss`` (R, B),
+    ``stopped`` (B entries, ``None`` or :class:`Stop`), ``method``, ``lr``, ``problem`` (the
+    :class:`JointAttention` trained).
+    """
+
+    p: np.ndarray
+    v: np.ndarray
+    steps: np.ndarray
+    loss: np.ndarray
+    stopped: tuple
+    method: str
+    lr: float
+    problem: JointAttention
+
+
+def _batch(name: str, value, dim: int) -> np.ndarray:
+    arr = np.array(value, dtype=float)
+    if arr.shape == (dim,):
+        arr = arr[None]
+    if arr.ndim != 2 or arr.shape[1] != dim:
+        raise ValueError(f"{name} must have shape ({dim},) or (B, {dim}), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite")
+    return arr
+
+
+def _joint_move(g, log_scale, g_norm, method, lr):
+    """The move ``η g/‖g‖`` (NGD) or ``η∇`` (GD) for a gradient given as ``exp(log_scale)·g``."""
+    safe = np.where(g_norm > 0, g_norm, 1.0)
+    length = lr * (np.ones_like(g_norm) if method == "ngd" else np.exp(log_scale) * g_norm)
+    return np.where(g_norm > 0, length, 0.0)[:, None] * g / safe[:, None]
+
+
+def train_joint(
+    X,
+    y,
+    p0,
+    v0,
+    steps: int,
+    W=None,
+    loss: str = "logistic",
+    method: str = "ngd",
+    lr: float = 0.1,
+    record_every: int = 1,
+    progress: bool | None = None,
+) -> JointTrajectory:
+    """Train the attention ``p`` and the head ``v`` together (THEORY §7, [MMTS]).
+
+    NGD normalises each gradient by its own norm (two unit-length moves per step), as the
+    official code does; "gd" takes plain steps ``η∇``.
+
+    Args:
+        X: (n, T, d) tokens.  y: (n,) labels ±1.  p0: (d_k,) or (B, d_k).  v0: (d,) or (B, d).
+        steps, lr, record_every, progress: as in :func:`train`.  W: (d_k, d) keys (identity).
+        loss: "logistic" (the paper's), "exponential" or "linear".  method: "gd" or "ngd".
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[0, 0], [1, 1]], [[0, 0], [1, -1]], [[0, 0], [0.5, 1]]], float)
+    >>> traj = al.train_joint(X, [1, -1, 1], p0=[0, -1], v0=[-1, 0], steps=50)
+    >>> traj.p.shape, traj.v.shape
+    ((51, 1, 2), (51, 1, 2))
+    """
+    if method not in ("gd", "ngd"):
+        raise ValueError(f"method must be 'gd' or 'ngd' for joint training, got {method!r}")
+    _check_schedule(steps, lr, record_every)
+    X = np.asarray(X, float)
+    if X.ndim != 3:
+        raise ValueError(f"X must be a 3-D array (n, T, d), got shape {X.shape}")
+    joint = JointAttention(X, np.asarray(y, float), np.eye(X.shape[2]) if W is None else W, loss)
+    p = _batch("p0", p0, joint.W.shape[0])
+    v = _batch("v0", v0, X.shape[2])
+    if p.shape[0] != v.shape[0]:
+        raise ValueError(f"p0 and v0 must hold the same number of initialisations, got {p.shape[0]} and {v.shape[0]}")
+    B = p.shape[0]
+    record = _record_steps(steps, record_every)
+    R = len(record)
+    out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
+    stop_step = np.full(B, -1)
+    stop_reason = np.full(B, "", dtype=object)
+    active = np.ones(B, bool)
+    bar = _progress(steps, progress, float(steps) * B * X.size * 8, f"joint {method} B={B}")
+    r = 0
+    for k in range(steps + 1):
+        if k == record[r]:
+            out_p[r], out_v[r], out_loss[r] = p, v, joint.value(p, v)
+            r += 1
+        if k == steps:
+            break
+        (m_p, g_p), (m_v, g_v) = joint.scaled_grad(p, v)
+        n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
+        finite = np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)
+        bad = active & ~finite
+        stop_step[bad], stop_reason[bad] = k, "non-finite value"
+        active &= ~bad
+        p[active] -= _joint_move(g_p, m_p, n_p, method, lr)[active]
+        v[active] -= _joint_move(g_v, m_v, n_v, method, lr)[active]
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+    return JointTrajectory(out_p, out_v, record, out_loss, stopped, method, float(lr), joint)

@@ -1,0 +1,96 @@
+"""The recurring figures: parameter paths in the key plane, and curves with seed spread.
+
+Functions draw on a given matplotlib ``Axes`` and return it, so a notebook composes panels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import TokenSelectionProblem
+
+__all__ = ["paths", "tokens", "direction", "band", "COLORS"]
+
+#: Colours used across the book: global SVM red, local/secondary blue, paths grey.
+COLORS = {"global": "tab:red", "local": "tab:blue", "path": "0.45", "p": "tab:red", "v": "tab:blue"}
+
+
+def paths(ax, theta, color=None, arrow_every: int = 10, label=None, alpha: float = 0.9, lw: float = 1.4):
+    """Draw trajectories ``theta`` (R, B, ≥2) in the plane of their first two coordinates.
+
+    Arrows every ``arrow_every`` recorded steps show the direction of travel.
+    """
+    theta = np.asarray(theta, float)
+    if theta.ndim != 3 or theta.shape[2] < 2:
+        raise ValueError(f"theta must have shape (R, B, d>=2), got {theta.shape}")
+    color = COLORS["path"] if color is None else color
+    for b in range(theta.shape[1]):
+        xy = theta[:, b, :2]
+        ax.plot(xy[:, 0], xy[:, 1], color=color, lw=lw, alpha=alpha, label=label if b == 0 else None)
+        for r in range(arrow_every, len(xy), arrow_every):
+            ax.annotate(
+                "",
+                xy=xy[r],
+                xytext=xy[r - 1],
+                arrowprops=dict(arrowstyle="->", color=color, lw=lw, alpha=alpha),
+            )
+    return ax
+
+
+def tokens(ax, prob: TokenSelectionProblem, select=None, annotate_scores: bool = True, size: float = 90):
+    """Draw each sample's keys (first two feature coordinates): stars for the selected tokens.
+
+    ``select`` defaults to the optimal tokens; one colour per sample, scores written beside.
+    """
+    sel = prob.opt if select is None else np.asarray(select)
+    keys = prob.A.reshape(prob.n, prob.T, -1)[..., :2]
+    cmap = ["tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:cyan"]
+    for i in range(prob.n):
+        c = cmap[i % len(cmap)] if prob.n > 1 else "k"
+        for t in range(prob.T):
+            marker = "*" if t == sel[i] else "o"
+            ax.scatter(
+                *keys[i, t],
+                marker=marker,
+                s=size * (2 if marker == "*" else 0.6),
+                color=c,
+                zorder=5,
+                edgecolor="k",
+                linewidth=0.5,
+            )
+            if annotate_scores:
+                ax.annotate(
+                    f"{prob.gamma[i, t]:.3g}",
+                    keys[i, t],
+                    textcoords="offset points",
+                    xytext=(6, 6),
+                    fontsize=8,
+                    color=c,
+                )
+    return ax
+
+
+def direction(ax, theta, length: float, color=None, label=None, ls="--", lw: float = 2.0):
+    """Draw the ray from the origin along the first two coordinates of ``theta``."""
+    v = np.asarray(theta, float).ravel()[:2]
+    v = v / np.linalg.norm(v)
+    ax.plot(
+        [0, length * v[0]],
+        [0, length * v[1]],
+        ls=ls,
+        color=COLORS["global"] if color is None else color,
+        lw=lw,
+        label=label,
+    )
+    return ax
+
+
+def band(ax, x, Y, color=None, label=None, quantiles=(0.1, 0.9), log: bool = True):
+    """Median over the last axis of ``Y`` (R, S) against ``x`` (R,), with a quantile band."""
+    Y = np.asarray(Y, float)
+    lo, mid, hi = np.nanquantile(Y, [quantiles[0], 0.5, quantiles[1]], axis=-1)
+    line = ax.plot(x, mid, color=color, label=label)[0]
+    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+    if log:
+        ax.set_yscale("log")
+    return ax

@@ -1,0 +1,288 @@
+"""Max-margin problems: ATT-SVM for any token selection, the label SVM, local optimality.
+
+ATT-SVM ([MMTS]; "W-SVM" in [TFSVM]/[FAST]) for a selection ``α`` (one token per sample):
+
+.. math::
+
+    θ_{mm}(α) = \\arg\\min ‖θ‖ \\quad \\text{s.t.} \\quad ⟨θ, A_{iα_i} − A_{it}⟩ ≥ 1
+    \\quad \\forall i,\\; t ≠ α_i.
+
+The margin separates *tokens inside each sample* (the selected one from the rest), not samples
+of two classes. Rows of relaxed samples get right-hand side 0 instead of 1 (the relaxed p-SVM of
+joint training, THEORY §2). ``norm="nuc"`` gives the nuclear-norm SVM that the (K, Q)
+factorisation converges to [TFSVM].
+
+Solved with cvxpy and an explicit solver (CLARABEL), status checked; infeasible selections raise
+:class:`InfeasibleError`. SVM-neighbours are the active constraints, decided with a tolerance
+well above the solver's accuracy (``ACTIVE_TOL``) and well below the gap to the next constraint
+on the book's instances.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import TokenSelectionProblem
+
+__all__ = [
+    "InfeasibleError",
+    "MaxMarginSolution",
+    "LabelSVM",
+    "SelectionReport",
+    "max_margin",
+    "label_svm",
+    "is_locally_optimal",
+    "enumerate_selections",
+    "locally_optimal_selections",
+    "ACTIVE_TOL",
+    "MAX_ENUMERATION",
+]
+
+#: Relative tolerance for "constraint active": CLARABEL is run to ~1e-10, so slacks of active
+#: constraints are far below 1e-6, while inactive ones on the book's instances are above 1e-3.
+ACTIVE_TOL = 1e-6
+#: Largest number of selections ``T^n`` that :func:`enumerate_selections` will solve.
+MAX_ENUMERATION = 20_000
+
+_CLARABEL_OPTS = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, tol_ktratio=1e-8)
+
+
+class InfeasibleError(ValueError):
+    """The max-margin problem has no solution: no θ separates the selected tokens."""
+
+
+@dataclass(frozen=True, eq=False)
+class MaxMarginSolution:
+    """Solution of ATT-SVM for one selection.
+
+    Attributes:
+        theta: (*shape) the max-margin parameter θ_mm(α).
+        margin: ``1/‖θ_mm‖`` in the chosen norm.
+        status: the solver's status ("optimal").
+        select: (n,) the selection α.
+        neighbors: (n, T) bool, the active constraints (SVM-neighbours); False at ``α_i``.
+        constraint_values: (n, T) ``⟨θ, A_iα − A_it⟩`` (0 at ``α_i``).
+        relax: (n,) bool, samples whose rows have right-hand side 0.
+        norm: "fro" or "nuc".
+        duals: (n, T) dual variables of the constraints (0 at ``α_i``).
+    """
+
+    theta: np.ndarray
+    margin: float
+    status: str
+    select: np.ndarray
+    neighbors: np.ndarray
+    constraint_values: np.ndarray
+    relax: np.ndarray
+    norm: str
+    duals: np.ndarray
+
+    @property
+    def direction(self) -> np.ndarray:
+        """``θ_mm/‖θ_mm‖_F``."""
+        return self.theta / np.linalg.norm(self.theta)
+
+
+@dataclass(frozen=True, eq=False)
+class LabelSVM:
+    """Label SVM ``v_mm = argmin ‖v‖ s.t. y_i vᵀ x_i ≥ 1`` (no bias) [MMTS].
+
+    Attributes: ``v`` (d,), ``margin = 1/‖v_mm‖``, ``support`` (n,) bool (active samples),
+    ``status``.
+    """
+
+    v: np.ndarray
+    margin: float
+    support: np.ndarray
+    status: str
+
+
+def _check_select(prob: TokenSelectionProblem, select) -> np.ndarray:
+    if select is None:
+        return prob.opt.copy()
+    sel = np.asarray(select)
+    if sel.shape != (prob.n,) or not np.issubdtype(sel.dtype, np.integer):
+        raise ValueError(f"select must be {prob.n} integer token indices (one per sample), got {select!r}")
+    if np.any((sel < 0) | (sel >= prob.T)):
+        raise ValueError(f"select must hold token indices in [0, {prob.T - 1}], got {sel.tolist()}")
+    return sel
+
+
+def _check_relax(relax, n: int) -> np.ndarray:
+    if relax is None:
+        return np.zeros(n, bool)
+    r = np.asarray(relax)
+    if r.dtype == bool:
+        if r.shape != (n,):
+            raise ValueError(f"relax as a mask must have shape ({n},), got {r.shape}")
+        return r.copy()
+    mask = np.zeros(n, bool)
+    idx = r.astype(int).ravel()
+    if np.any((idx < 0) | (idx >= n)):
+        raise ValueError(f"relax must hold sample indices in [0, {n - 1}], got {idx.tolist()}")
+    mask[idx] = True
+    return mask
+
+
+def _solve_min_norm(G: np.ndarray, h: np.ndarray, shape: tuple[int, ...], norm: str):
+    """``min ‖θ‖ s.t. G vec(θ) ≥ h``; returns (theta, status, duals) or raises."""
+    import cvxpy as cp
+
+    if norm == "fro":
+        x = cp.Variable(G.shape[1])
+        objective = cp.sum_squares(x)
+        flat = x
+    else:
+        if len(shape) != 2:
+            raise ValueError(f"norm='nuc' needs a matrix parameter, got parameter shape {shape}")
+        x = cp.Variable(shape)
+        objective = cp.normNuc(x)
+        flat = cp.vec(x, order="C")
+    constraint = G @ flat >= h
+    problem = cp.Problem(cp.Minimize(objective), [constraint])
+    try:
+        problem.solve(solver=cp.CLARABEL, **_CLARABEL_OPTS)
+    except cp.error.SolverError:
+        problem.solve(solver=cp.SCS, eps=1e-9, max_iters=200_000)
+    status = problem.status
+    if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        return None, status, None
+    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        raise RuntimeError(f"max-margin solve failed with solver status {status!r}")
+    return np.asarray(x.value, float).reshape(shape), status, np.asarray(constraint.dual_value, float)
+
+
+def max_margin(prob: TokenSelectionProblem, select=None, norm: str = "fro", relax=None) -> MaxMarginSolution:
+    """ATT-SVM / W-SVM for the selection ``select`` (``None``: the optimal tokens ``prob.opt``).
+
+    Args:
+        prob: the problem (its features ``A`` are the keys, THEORY §10.9).
+        select: (n,) token index per sample.
+        norm: "fro" (Euclidean / Frobenius) or "nuc" (nuclear, matrix parameters only).
+        relax: sample indices or an (n,) mask whose rows only require ``⟨θ, A_iα − A_it⟩ ≥ 0``.
+
+    Raises:
+        InfeasibleError: no θ separates the selected tokens.
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, 0.9]]])
+    >>> prob = al.prompt_attention(X, [1], v=[0, 0, 1], W=np.diag([1.0, 1.0, 0.0]))
+    >>> sol = al.max_margin(prob)
+    >>> np.round(sol.theta, 3).tolist(), sol.neighbors.tolist()
+    ([-0.099, 0.99, 0.0], [[False, True, True]])
+    """
+    if norm not in ("fro", "nuc"):
+        raise ValueError(f"norm must be 'fro' or 'nuc', got {norm!r}")
+    sel = _check_select(prob, select)
+    rel = _check_relax(relax, prob.n)
+    n, T = prob.n, prob.T
+    A = prob.A.reshape(n, T, prob.size)
+    diffs = A[np.arange(n), sel][:, None, :] - A  # (n, T, size)
+    rows = np.ones((n, T), bool)
+    rows[np.arange(n), sel] = False
+    rhs = np.where(rel, 0.0, 1.0)[:, None] * np.ones((1, T))
+    G, h = diffs[rows], rhs[rows]
+    theta, status, duals = _solve_min_norm(G, h, prob.shape, norm)
+    if theta is None:
+        raise InfeasibleError(
+            f"ATT-SVM is infeasible for selection {sel.tolist()} (n={n}, T={T}, parameter shape "
+            f"{prob.shape}): no θ puts every selected token's logit above the others in its sample"
+        )
+    values = np.zeros((n, T))
+    values[rows] = G @ theta.ravel()
+    # Active: the constraint holds with equality up to the solver's accuracy.
+    neighbors = np.zeros((n, T), bool)
+    neighbors[rows] = np.abs(values[rows] - h) <= ACTIVE_TOL * np.maximum(1.0, np.abs(values[rows]))
+    dual_grid = np.zeros((n, T))
+    dual_grid[rows] = duals
+    size = np.linalg.norm(theta) if norm == "fro" else np.linalg.norm(theta, "nuc")
+    return MaxMarginSolution(
+        theta=theta,
+        margin=float(1.0 / size) if size > 0 else np.inf,
+        status=status,
+        select=sel,
+        neighbors=neighbors,
+        constraint_values=values,
+        relax=rel,
+        norm=norm,
+        duals=dual_grid,
+    )
+
+
+def label_svm(X_selected, y) -> LabelSVM:
+    """Label SVM on the selected tokens: ``v_mm = argmin ‖v‖ s.t. y_i v·x_i ≥ 1``.
+
+    Args:
+        X_selected: (n, d) the selected token of each sample.  y: (n,) labels ±1.
+
+    >>> import attnlib as al
+    >>> sv = al.label_svm([[1.0, 1.0], [1.0, -1.0], [0.5, 1.0]], [1, -1, 1])
+    >>> [round(float(c), 6) for c in sv.v], sv.support.tolist()
+    [0.0, 1.0], [True, True, True]
+    """
+    X = np.asarray(X_selected, float)
+    y = np.asarray(y, float)
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise ValueError(f"X_selected must be (n, d) and y (n,), got {X.shape} and {y.shape}")
+    if not np.all(np.isin(y, (-1.0, 1.0))):
+        raise ValueError("y must contain only labels -1 and +1")
+    G = y[:, None] * X
+    v, status, _ = _solve_min_norm(G, np.ones(len(y)), (X.shape[1],), "fro")
+    if v is None:
+        raise InfeasibleError(f"the label SVM is infeasible: no v (without bias) separates the {len(y)} samples")
+    values = G @ v
+    support = np.abs(values - 1.0) <= ACTIVE_TOL * np.maximum(1.0, np.abs(values))
+    return LabelSVM(v=v, margin=float(1.0 / np.linalg.norm(v)), support=support, status=status)
+
+
+@dataclass(frozen=True, eq=False)
+class SelectionReport:
+    """One selection's ATT-SVM verdict: feasible or not, solution, locally optimal or not."""
+
+    select: tuple[int, ...]
+    feasible: bool
+    locally_optimal: bool
+    solution: MaxMarginSolution | None
+
+
+def _locally_optimal(prob: TokenSelectionProblem, sol: MaxMarginSolution) -> bool:
+    # Strict inequality on every neighbour (THEORY §10.8: ties are not locally optimal).
+    sel_scores = prob.gamma[np.arange(prob.n), sol.select][:, None]
+    return bool(np.all(~sol.neighbors | (sel_scores > prob.gamma)))
+
+
+def is_locally_optimal(prob: TokenSelectionProblem, select) -> bool:
+    """[MMTS]: ``α`` is locally optimal if ATT-SVM(α) is feasible and ``γ_iα_i > γ_it`` for every
+    SVM-neighbour ``t`` of every sample. An infeasible selection is not locally optimal."""
+    try:
+        sol = max_margin(prob, select)
+    except InfeasibleError:
+        return False
+    return _locally_optimal(prob, sol)
+
+
+def enumerate_selections(prob: TokenSelectionProblem, max_count: int = MAX_ENUMERATION) -> list[SelectionReport]:
+    """Solve ATT-SVM for all ``T^n`` selections (small problems only)."""
+    count = prob.T**prob.n
+    if count > max_count:
+        raise ValueError(
+            f"cannot enumerate T^n = {prob.T}^{prob.n} = {count} selections (max_count={max_count}); "
+            "use a smaller problem or raise max_count"
+        )
+    reports = []
+    for sel in itertools.product(range(prob.T), repeat=prob.n):
+        try:
+            sol = max_margin(prob, np.array(sel))
+        except InfeasibleError:
+            reports.append(SelectionReport(sel, False, False, None))
+            continue
+        reports.append(SelectionReport(sel, True, _locally_optimal(prob, sol), sol))
+    return reports
+
+
+def locally_optimal_selections(prob: TokenSelectionProblem, max_count: int = MAX_ENUMERATION) -> list[SelectionReport]:
+    """Every locally-optimal selection: the directions GD can converge to [MMTS]."""
+    return [r for r in enumerate_selections(prob, max_count) if r.locally_optimal]
