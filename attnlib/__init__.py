@@ -15,7 +15,7 @@ True
 """
 
 from . import datasets, plots, widgets
-from .checks import CHECK_MIME, Check, Checks
+from .checks import CHECK_MIME, Check, Checks, check_parameter
 from .losses import LOSSES, Loss, get_loss
 from .metrics import (
     cosine,
@@ -43,6 +43,16 @@ from .svm import (
 
 __version__ = "0.1.0"
 
+# Chapter modules add their public names in their own block below (one block per module).
+# --- paths (chapter 2) ---
+# --- end paths ---
+# --- basins (chapter 3) ---
+# --- end basins ---
+# --- joint (chapter 4) ---
+# --- end joint ---
+# --- rates (chapter 5) ---
+# --- end rates ---
+
 __all__ = [
     "datasets",
     "plots",
@@ -50,6 +60,7 @@ __all__ = [
     "CHECK_MIME",
     "Check",
     "Checks",
+    "check_parameter",
     "LOSSES",
     "Loss",
     "get_loss",

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-__all__ = ["CHECK_MIME", "Check", "Checks"]
+__all__ = ["CHECK_MIME", "Check", "Checks", "check_parameter"]
 
 CHECK_MIME = "application/vnd.attnlib.check+json"
 
@@ -89,3 +89,48 @@ class Checks:
         failed = [self._line(c) for c in self.records if not c.passed]
         if failed:
             raise AssertionError("failed checks:\n" + "\n".join(failed))
+
+
+def check_parameter(name: str, value, kind, minimum=None, maximum=None, choices=None):
+    """Validate a notebook parameter; raise ``ValueError`` naming it and the allowed values.
+
+    Args:
+        name: the parameter's name as written in the notebook's ``parameters`` cell.
+        kind: ``int``, ``float``, ``str`` or ``bool`` (an int is accepted where a float is asked).
+        minimum, maximum: inclusive bounds for numbers.  choices: allowed values.
+
+    >>> check_parameter("steps", 1000, int, minimum=1)
+    1000
+    >>> check_parameter("steps", -3, int, minimum=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: parameter 'steps' must be an int >= 1, got -3
+    """
+    numeric = kind in (int, float)
+    ok_type = (
+        isinstance(value, bool)
+        if kind is bool
+        else isinstance(value, kind) or (kind is float and isinstance(value, int))
+        if numeric
+        else isinstance(value, kind)
+    )
+    if numeric and isinstance(value, bool):
+        ok_type = False
+    parts = []
+    if minimum is not None:
+        parts.append(f">= {minimum}")
+    if maximum is not None:
+        parts.append(f"<= {maximum}")
+    allowed = f"one of {list(choices)}" if choices is not None else f"{'an' if kind is int else 'a'} {kind.__name__} " + " and ".join(parts)
+    bad = not ok_type
+    if not bad and numeric:
+        bad = (
+            not np.isfinite(value)
+            or (minimum is not None and value < minimum)
+            or (maximum is not None and value > maximum)
+        )
+    if not bad and choices is not None:
+        bad = value not in choices
+    if bad:
+        raise ValueError(f"parameter {name!r} must be {allowed.strip()}, got {value!r}")
+    return value

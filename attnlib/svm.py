@@ -172,7 +172,7 @@ def max_margin(prob: TokenSelectionProblem, select=None, norm: str = "fro", rela
     >>> prob = al.prompt_attention(X, [1], v=[0, 0, 1], W=np.diag([1.0, 1.0, 0.0]))
     >>> sol = al.max_margin(prob)
     >>> np.round(sol.theta, 3).tolist(), sol.neighbors.tolist()
-    ([-0.099, 0.99, 0.0], [[False, True, True]])
+    ([-0.099, 0.99, 0.0], [[False, False, True]])
     """
     if norm not in ("fro", "nuc"):
         raise ValueError(f"norm must be 'fro' or 'nuc', got {norm!r}")
@@ -221,7 +221,7 @@ def label_svm(X_selected, y) -> LabelSVM:
     >>> import attnlib as al
     >>> sv = al.label_svm([[1.0, 1.0], [1.0, -1.0], [0.5, 1.0]], [1, -1, 1])
     >>> [round(float(c), 6) for c in sv.v], sv.support.tolist()
-    [0.0, 1.0], [True, True, True]
+    ([0.0, 1.0], [True, True, True])
     """
     X = np.asarray(X_selected, float)
     y = np.asarray(y, float)
