@@ -52,8 +52,8 @@ class Checks:
     display: bool = True
     records: list[Check] = field(default_factory=list)
 
-    def add(self, name: str, value, criterion: str, passed, description: str = "", fmt: str = ".4g") -> Check:
-        """Record a check, glue its value as ``name`` (formatted with ``fmt``) and emit it."""
+    def add(self, name: str, value, criterion: str, passed, description: str = "") -> Check:
+        """Record a check, glue its value as ``name`` and its verdict as ``name_status``, emit it."""
         if not name.isidentifier():
             raise ValueError(f"check name must be an identifier (it is a glue key), got {name!r}")
         if any(c.name == name for c in self.records):
@@ -61,12 +61,12 @@ class Checks:
         check = Check(name, _plain(value), criterion, bool(passed), description)
         self.records.append(check)
         if self.display:
-            from IPython.display import display
+            from IPython.display import Markdown, display
             from myst_nb import glue
 
-            shown = format(check.value, fmt) if isinstance(check.value, float) else str(check.value)
-            glue(name, shown, display=False)
-            glue(f"{name}_status", "pass" if check.passed else "FAIL", display=False)
+            # Prose quotes the value with {glue:text}`name:.4f` and the verdict with {glue:md}`name_status`.
+            glue(name, check.value, display=False)
+            glue(f"{name}_status", Markdown("pass" if check.passed else "**FAIL**"), display=False)
             display({CHECK_MIME: asdict(check), "text/plain": self._line(check)}, raw=True)
         return check
 
