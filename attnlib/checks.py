@@ -121,7 +121,8 @@ def check_parameter(name: str, value, kind, minimum=None, maximum=None, choices=
         parts.append(f">= {minimum}")
     if maximum is not None:
         parts.append(f"<= {maximum}")
-    allowed = f"one of {list(choices)}" if choices is not None else f"{'an' if kind is int else 'a'} {kind.__name__} " + " and ".join(parts)
+    article = "an" if kind is int else "a"
+    allowed = f"one of {list(choices)}" if choices is not None else f"{article} {kind.__name__} " + " and ".join(parts)
     bad = not ok_type
     if not bad and numeric:
         bad = (
