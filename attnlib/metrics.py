@@ -7,9 +7,8 @@ arrays of shape (*batch,) (or (*batch, n) for per-sample quantities).
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
-from .model import TokenSelectionProblem
+from .model import TokenSelectionProblem, logsumexp
 
 __all__ = [
     "cosine",

@@ -162,8 +162,9 @@ def train(
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{method} B={B}")
     r = 0
     for k in range(steps + 1):
-        terms = prob._terms(flat)
-        log_scale, g = prob._scaled_grad_from(terms, (B,))
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below and stops the run
+            terms = prob._terms(flat)
+            log_scale, g = prob._scaled_grad_from(terms, (B,))
         g_norm = np.linalg.norm(g, axis=-1)  # g has entries of order one: no over/underflow
         with np.errstate(divide="ignore"):
             log_gn = log_scale + np.log(g_norm)

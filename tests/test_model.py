@@ -1,0 +1,150 @@
+"""The token-selection problem: gradients, loss gap, stability at saturation, bad input."""
+
+import mpmath
+import numpy as np
+import pytest
+
+import attnlib as al
+
+LOSS_NAMES = sorted(al.LOSSES)
+
+
+def central_difference(f, theta, eps=1e-6):
+    grad = np.zeros_like(theta)
+    for idx in np.ndindex(theta.shape):
+        e = np.zeros_like(theta)
+        e[idx] = eps
+        grad[idx] = (f(theta + e) - f(theta - e)) / (2 * eps)
+    return grad
+
+
+def random_prompt(seed, loss, n=4, T=5, d=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, T, d))
+    return al.prompt_attention(X, rng.choice([-1, 1], n), rng.normal(size=d), rng.normal(size=(d, d)), loss)
+
+
+def random_self(seed, loss, n=3, T=4, d=3, cross=False):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, T, d))
+    Z = rng.normal(size=(n, d + 1)) if cross else None
+    return al.self_attention(X, rng.choice([-1, 1], n), rng.normal(size=d), Z, loss)
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+@pytest.mark.parametrize("make", [random_prompt, random_self, lambda s, l: random_self(s, l, cross=True)])
+def test_gradient_matches_finite_differences(make, loss):
+    for seed in range(3):
+        prob = make(seed, loss)
+        theta = np.random.default_rng(10 + seed).normal(size=prob.shape)
+        fd = central_difference(prob.value, theta)
+        np.testing.assert_allclose(prob.grad(theta), fd, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_joint_gradients_match_finite_differences(loss):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4, 3, 2))
+    joint = al.JointAttention(X, np.array([1.0, -1, 1, -1]), rng.normal(size=(3, 2)), al.get_loss(loss))
+    p, v = rng.normal(size=3), rng.normal(size=2)
+    grad_p, grad_v = joint.grad(p, v)
+    np.testing.assert_allclose(grad_p, central_difference(lambda q: joint.value(q, v), p), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(grad_v, central_difference(lambda w: joint.value(p, w), v), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_gap_equals_value_minus_floor_where_both_are_accurate(loss):
+    prob = random_prompt(1, loss)
+    theta = np.random.default_rng(2).normal(size=(5,) + prob.shape)
+    np.testing.assert_allclose(prob.gap(theta), prob.value(theta) - prob.loss_floor, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.exp(prob.log_gap(theta)), prob.gap(theta), rtol=1e-9)
+
+
+def _mp_gradient(prob, theta, digits=250):
+    """∇L from the textbook formula in 250-digit arithmetic (enough for 1 − σ_opt down to 1e-200)."""
+    mpmath.mp.dps = digits
+    grad = [mpmath.mpf(0)] * prob.size
+    A = prob.A.reshape(prob.n, prob.T, prob.size)
+    for i in range(prob.n):
+        logits = [mpmath.fsum(mpmath.mpf(a) * mpmath.mpf(t) for a, t in zip(A[i, s], theta)) for s in range(prob.T)]
+        top = max(logits)
+        w = [mpmath.exp(z - top) for z in logits]
+        total = mpmath.fsum(w)
+        sigma = [x / total for x in w]
+        f = mpmath.fsum(s * mpmath.mpf(g) for s, g in zip(sigma, prob.gamma[i]))
+        dloss = -1 / (1 + mpmath.exp(f))  # logistic ℓ'(f)
+        for t in range(prob.T):
+            c = dloss * sigma[t] * (mpmath.mpf(prob.gamma[i, t]) - f) / prob.n
+            for k in range(prob.size):
+                grad[k] += c * mpmath.mpf(A[i, t, k])
+    return np.array([float(g) for g in grad])
+
+
+@pytest.mark.parametrize("scale", [40.0, 150.0, 300.0])
+def test_gradient_is_exact_at_saturation(scale):
+    """At ‖θ‖·margin ≈ 300 the textbook float64 form is wrong; ours matches 60-digit arithmetic."""
+    prob = al.datasets.multi_input(seed=0)
+    sol = al.max_margin(prob)
+    theta = scale * sol.theta + np.array([0.3, -0.2, 0.0])  # logit gaps ≈ scale: 1 − σ_opt ≈ e^{-scale}
+    reference = _mp_gradient(prob, theta)
+    assert np.all(np.abs(reference[:2]) > 0)  # the score coordinate carries no key
+    np.testing.assert_allclose(prob.grad(theta), reference, rtol=1e-10)
+
+
+def test_direction_of_gradient_survives_underflow():
+    """Far past float underflow of ‖∇L‖ the scaled gradient still has the right direction."""
+    prob = al.datasets.single_input()
+    sol = al.max_margin(prob)
+    theta = 2000.0 * sol.direction
+    log_scale, g = prob.scaled_grad(theta)
+    assert np.isfinite(log_scale) and log_scale < -1000
+    assert np.linalg.norm(prob.grad(theta)) == 0.0  # the plain value underflows
+    assert al.cosine(-g, sol.theta) > 0.99
+
+
+def test_gradient_exact_near_a_local_selection():
+    """A run saturating on a non-optimal token needs the current selection as reference."""
+    prob = al.datasets.single_input(local=True)
+    theta = np.array([35.0, 0.8, 0.0])
+    np.testing.assert_allclose(prob.grad(theta), _mp_gradient(prob, theta), rtol=1e-10)
+
+
+def test_batched_evaluation_has_leading_axes():
+    prob = random_self(0, "logistic")
+    theta = np.random.default_rng(0).normal(size=(2, 3) + prob.shape)
+    assert prob.logits(theta).shape == (2, 3, prob.n, prob.T)
+    assert prob.value(theta).shape == (2, 3)
+    assert prob.grad(theta).shape == theta.shape
+    np.testing.assert_allclose(prob.attention(theta).sum(-1), 1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(X=np.zeros((2, 3))), "X must be a 3-D array"),
+        (dict(y=[1, 0]), "labels -1 and \\+1"),
+        (dict(y=[1, 1, 1]), "y must have shape \\(2,\\)"),
+        (dict(v=[1.0, 2.0]), "v must have shape \\(3,\\)"),
+        (dict(X=np.full((2, 3, 3), np.nan)), "X must be finite"),
+        (dict(W=np.eye(2)), "W must have shape"),
+        (dict(loss="hinge"), "loss must be one of"),
+    ],
+)
+def test_bad_input_is_named(kwargs, message):
+    rng = np.random.default_rng(0)
+    args = dict(X=rng.normal(size=(2, 3, 3)), y=[1, -1], v=[1.0, 0.5, -0.2], W=None, loss="logistic")
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        al.prompt_attention(**args)
+
+
+def test_ties_in_optimal_token_are_rejected():
+    X = np.array([[[0.0, 1.0], [1.0, 1.0], [2.0, 0.0]]])
+    with pytest.raises(ValueError, match="optimal token must be unique.*samples \\[0\\]"):
+        al.prompt_attention(X, [1], v=[0.0, 1.0])
+
+
+def test_theta_of_wrong_shape_is_named():
+    prob = al.datasets.single_input()
+    with pytest.raises(ValueError, match="theta must have shape"):
+        prob.value(np.zeros(2))

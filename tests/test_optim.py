@@ -1,0 +1,123 @@
+"""Optimizers: batching, long-horizon stability, stop reasons, joint training, bad input."""
+
+import numpy as np
+import pytest
+
+import attnlib as al
+
+
+@pytest.mark.parametrize("method, lr", [("gd", 1.0), ("ngd", 0.1), ("polyak", 1.0)])
+def test_batch_equals_loop_over_members(method, lr):
+    prob = al.datasets.multi_input(seed=1)
+    inits = al.datasets.MULTI_INPUT_INITS
+    batch = al.train(prob, inits, steps=60, method=method, lr=lr, record_every=7)
+    for b, theta0 in enumerate(inits):
+        single = al.train(prob, theta0, steps=60, method=method, lr=lr, record_every=7)
+        np.testing.assert_allclose(batch.theta[:, b], single.theta[:, 0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batch.loss[:, b], single.loss[:, 0], rtol=1e-12)
+    assert batch.steps.tolist() == [0, 7, 14, 21, 28, 35, 42, 49, 56, 60]
+
+
+def test_long_ngd_run_keeps_aligning():
+    """10⁴ NGD steps: past ‖θ‖·margin ≈ 700 the gradient underflows, yet alignment keeps improving."""
+    prob = al.datasets.multi_input(seed=0)
+    sol = al.max_margin(prob)
+    traj = al.train(prob, al.datasets.MULTI_INPUT_INITS, steps=10_000, lr=0.1, record_every=500)
+    assert all(s is None for s in traj.stopped)
+    assert traj.norm[-1].min() * sol.margin > 700
+    gap = al.one_minus_cosine(traj.theta, sol.theta)  # (R, B)
+    # 1 − cos ≈ ‖offset‖²/(2‖θ‖²) with a bounded offset: it must keep falling, not drift back up.
+    assert np.all(np.diff(gap[4:], axis=0) <= 1e-15)
+    assert gap[-1].max() < 1e-5
+    np.testing.assert_allclose(traj.norm[-1], 0.1 * 10_000, rtol=0.01)
+
+
+def test_gd_norm_grows_logarithmically():
+    prob = al.datasets.multi_input(seed=0)
+    traj = al.train(prob, np.zeros(3), steps=20_000, method="gd", lr=1.0, record_every=100)
+    late = traj.steps >= 1000
+    slope, _ = al.fit_slope(traj.steps[late], traj.norm[late, 0], log_y=False)
+    # ‖p(t)‖ ≈ ‖p_mm‖ log t + O(log log t) (Soudry-type asymptotics): slope near ‖p_mm‖ at finite t.
+    assert slope == pytest.approx(1 / al.max_margin(prob).margin, rel=0.25)
+
+
+def test_polyak_stops_with_a_reason_on_a_local_run():
+    prob = al.datasets.single_input(local=True)
+    inits = np.array([[0.0, 1.0, 0.0], [10.0, -0.5, 0.0]])  # the second sits in the local cone
+    traj = al.train(prob, inits, steps=400, method="polyak", lr=1.0)
+    assert traj.stopped[0] is None
+    assert traj.stopped[1] is not None
+    assert "polyak step exploded" in traj.stopped[1].reason
+    assert "samples [0] select a non-optimal token" in traj.stopped[1].reason
+    assert np.all(np.isfinite(traj.theta))
+
+
+def test_non_finite_trajectory_stops_and_others_go_on():
+    prob = al.datasets.loss_study(C=2.0)
+    inits = np.array([[0.0, 0.0, 0.0], [1e308, 1e308, 0.0]])  # the key (1, 1) overflows the logit
+    traj = al.train(prob, inits, steps=20)
+    assert traj.stopped[0] is None
+    assert traj.stopped[1] == al.Stop(0, "non-finite value")
+    assert 1.9 < traj.norm[-1, 0] <= 2.0  # 20 unit-0.1 steps, nearly collinear
+
+
+def test_single_init_is_a_batch_of_one():
+    prob = al.datasets.single_input()
+    traj = al.train(prob, np.zeros(3), steps=5)
+    assert traj.theta.shape == (6, 1, 3)
+    assert traj.loss.shape == traj.log_gap.shape == (6, 1)
+    assert traj.final.shape == (1, 3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(method="adam"), "method must be one of"),
+        (dict(lr=-1.0), "lr must be a positive"),
+        (dict(steps=-5), "steps must be a non-negative integer"),
+        (dict(record_every=0), "record_every must be a positive integer"),
+        (dict(theta0=np.zeros((2, 2))), "theta0 must have shape"),
+        (dict(theta0=np.array([np.nan, 0, 0])), "theta0 must be finite"),
+    ],
+)
+def test_bad_training_arguments_are_named(kwargs, message):
+    args = dict(theta0=np.zeros(3), steps=3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        al.train(al.datasets.single_input(), **args)
+
+
+def test_joint_training_follows_the_relaxed_svm():
+    """[MMTS] joint training: sample 3 is not a support vector, so p follows the relaxed p-SVM."""
+    X, y = al.datasets.joint_tokens(relaxed=True)
+    traj = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=300)
+    prob = al.prompt_attention(X, y, [0.0, 1.0])
+    select = np.array([1, 1, 1])
+    support = al.label_svm(X[:, 1], y).support
+    relaxed = al.max_margin(prob, select, relax=~support)
+    full = al.max_margin(prob, select)
+    p_final = traj.p[-1, 0]
+    assert al.cosine(p_final, relaxed.theta) > 0.999
+    assert al.cosine(p_final, relaxed.theta) - al.cosine(p_final, full.theta) > 0.01
+    assert al.cosine(traj.v[-1, 0], [0.0, 1.0]) > 0.999
+
+
+def test_joint_batch_equals_loop():
+    X, y = al.datasets.joint_tokens()
+    rng = np.random.default_rng(0)
+    p0, v0 = rng.normal(size=(3, 2)), rng.normal(size=(3, 2))
+    batch = al.train_joint(X, y, p0, v0, steps=40, record_every=10)
+    for b in range(3):
+        single = al.train_joint(X, y, p0[b], v0[b], steps=40, record_every=10)
+        np.testing.assert_allclose(batch.p[:, b], single.p[:, 0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(batch.v[:, b], single.v[:, 0], rtol=1e-12, atol=1e-12)
+
+
+def test_joint_bad_arguments_are_named():
+    X, y = al.datasets.joint_tokens()
+    with pytest.raises(ValueError, match="method must be 'gd' or 'ngd'"):
+        al.train_joint(X, y, [0, 0], [0, 0], steps=2, method="polyak")
+    with pytest.raises(ValueError, match="p0 must have shape"):
+        al.train_joint(X, y, [0, 0, 0], [0, 0], steps=2)
+    with pytest.raises(ValueError, match="same number of initialisations"):
+        al.train_joint(X, y, np.zeros((2, 2)), np.zeros((3, 2)), steps=2)

@@ -1,0 +1,172 @@
+"""Max-margin problems against independent solvers, and the paper's local-optimality verdicts."""
+
+import numpy as np
+import pytest
+from scipy.optimize import nnls
+
+import attnlib as al
+
+
+def least_distance(G, h):
+    """``min ‖x‖ s.t. G x ≥ h`` by Lawson–Hanson's reduction to NNLS; ``None`` if infeasible."""
+    m, d = G.shape
+    E = np.vstack([G.T, h[None, :]])
+    f = np.zeros(d + 1)
+    f[-1] = 1.0
+    u, _ = nnls(E, f, maxiter=50 * m)
+    r = E @ u - f
+    if np.linalg.norm(r) < 1e-10:
+        return None
+    return -r[:d] / r[d]
+
+
+def constraint_rows(prob, select, relax=()):
+    A = prob.A.reshape(prob.n, prob.T, -1)
+    G, h = [], []
+    for i in range(prob.n):
+        for t in range(prob.T):
+            if t != select[i]:
+                G.append(A[i, select[i]] - A[i, t])
+                h.append(0.0 if i in relax else 1.0)
+    return np.array(G), np.array(h)
+
+
+def random_problem(seed, n, T, d):
+    rng = np.random.default_rng(seed)
+    return al.prompt_attention(rng.normal(size=(n, T, d)), rng.choice([-1, 1], n), rng.normal(size=d))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_att_svm_matches_least_distance_solve(seed):
+    # d = 6 against n(T-1) = 12 rows: some instances are feasible, some are not.
+    prob = random_problem(seed, n=4, T=4, d=6)
+    rng = np.random.default_rng(100 + seed)
+    for select in (prob.opt, rng.integers(0, prob.T, prob.n)):
+        G, h = constraint_rows(prob, select)
+        reference = least_distance(G, h)
+        if reference is None:
+            with pytest.raises(al.InfeasibleError, match="infeasible for selection"):
+                al.max_margin(prob, select)
+            continue
+        sol = al.max_margin(prob, select)
+        assert sol.status == "optimal"
+        np.testing.assert_allclose(sol.theta, reference, atol=1e-7)
+        assert np.all(G @ sol.theta >= 1 - 1e-8)
+        assert sol.margin == pytest.approx(1 / np.linalg.norm(reference), rel=1e-7)
+
+
+def test_feasible_and_infeasible_instances_both_occur():
+    verdicts = set()
+    for seed in range(8):
+        prob = random_problem(seed, n=4, T=4, d=6)
+        G, h = constraint_rows(prob, prob.opt)
+        verdicts.add(least_distance(G, h) is None)
+    assert verdicts == {True, False}
+
+
+def test_relaxed_rows_match_least_distance_solve():
+    prob = random_problem(3, n=4, T=3, d=8)
+    G, h = constraint_rows(prob, prob.opt, relax=(1, 2))
+    sol = al.max_margin(prob, relax=[1, 2])
+    np.testing.assert_allclose(sol.theta, least_distance(G, h), atol=1e-7)
+    assert sol.relax.tolist() == [False, True, True, False]
+
+
+def test_neighbors_agree_with_positive_duals():
+    prob = random_problem(5, n=3, T=5, d=12)
+    sol = al.max_margin(prob)
+    strongly_active = sol.duals > 1e-6
+    assert np.all(sol.neighbors[strongly_active])
+    assert not np.any(sol.neighbors[np.arange(prob.n), sol.select])
+
+
+def test_self_attention_frobenius_svm_matches_least_distance():
+    prob = al.datasets.random_tokens(n=3, T=4, d=5, seed=0)
+    G, h = constraint_rows(prob, prob.opt)
+    sol = al.max_margin(prob)
+    np.testing.assert_allclose(sol.theta.ravel(), least_distance(G, h), atol=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nuclear_svm_is_certified_by_its_dual(seed):
+    """min ‖W‖_* s.t. ⟨W, D_k⟩ ≥ 1 has dual max Σλ s.t. ‖Σ λ_k D_k‖_op ≤ 1, λ ≥ 0.
+
+    A feasible primal and dual with equal objectives certify optimality independently of the solver.
+    """
+    prob = al.datasets.random_tokens(n=3, T=4, d=5, seed=seed)
+    sol = al.max_margin(prob, norm="nuc")
+    rows = ~np.eye(prob.T, dtype=bool)[prob.opt]
+    D = (prob.A[np.arange(prob.n), prob.opt][:, None] - prob.A)[rows]  # (m, d, d)
+    lam = sol.duals[rows]
+    assert np.all(np.einsum("kij,ij->k", D, sol.theta) >= 1 - 1e-7)  # primal feasible
+    assert np.all(lam >= -1e-9)
+    dual_matrix = np.einsum("k,kij->ij", lam, D)
+    assert np.linalg.norm(dual_matrix, 2) <= 1 + 1e-6  # dual feasible
+    assert np.linalg.norm(sol.theta, "nuc") == pytest.approx(lam.sum(), rel=1e-6)  # zero duality gap
+    fro = al.max_margin(prob, norm="fro")
+    assert np.linalg.norm(sol.theta, "nuc") <= np.linalg.norm(fro.theta, "nuc") + 1e-7
+
+
+def test_nuclear_norm_needs_a_matrix():
+    with pytest.raises(ValueError, match="norm='nuc' needs a matrix parameter"):
+        al.max_margin(al.datasets.single_input(), norm="nuc")
+
+
+def test_label_svm_matches_least_distance():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 4))
+    y = np.sign(X @ rng.normal(size=4))
+    sv = al.label_svm(X, y)
+    reference = least_distance(y[:, None] * X, np.ones(6))
+    np.testing.assert_allclose(sv.v, reference, atol=1e-7)
+    assert sv.support.any()
+
+
+def test_label_svm_support_vectors_of_the_joint_data():
+    X, y = al.datasets.joint_tokens(relaxed=False)
+    assert al.label_svm(X[:, 1], y).support.tolist() == [True, True, True]
+    X, y = al.datasets.joint_tokens(relaxed=True)
+    sv = al.label_svm(X[:, 1], y)
+    assert sv.support.tolist() == [True, True, False]
+    np.testing.assert_allclose(sv.v, [0.0, 1.0], atol=1e-8)
+
+
+def test_fig1b_local_optimality_table():
+    """[MMTS] Fig. 1(b): selections 0 and 1 are locally optimal, selection 2 is feasible but not."""
+    prob = al.datasets.single_input(local=True)
+    reports = {r.select: r for r in al.enumerate_selections(prob)}
+    assert [reports[(k,)].feasible for k in range(3)] == [True, True, True]
+    assert [reports[(k,)].locally_optimal for k in range(3)] == [True, True, False]
+    np.testing.assert_allclose(reports[(0,)].solution.theta[:2], [-10 / 101, 100 / 101], atol=1e-8)
+    np.testing.assert_allclose(reports[(1,)].solution.theta[:2], [1.0, 0.0], atol=1e-8)
+    np.testing.assert_allclose(reports[(2,)].solution.theta[:2], [-1.0, -1.1], atol=1e-8)
+    assert reports[(1,)].solution.neighbors.tolist() == [[False, False, True]]
+    assert reports[(2,)].solution.neighbors.tolist() == [[True, True, False]]
+    assert [r.select for r in al.locally_optimal_selections(prob)] == [(0,), (1,)]
+
+
+def test_fig1a_tie_makes_the_local_selection_not_locally_optimal():
+    prob = al.datasets.single_input(local=False)
+    assert al.is_locally_optimal(prob, [0])
+    assert not al.is_locally_optimal(prob, [1])  # its neighbour (0, 0) ties at score 0.9
+    assert not al.is_locally_optimal(prob, [2])
+
+
+def test_enumeration_refuses_huge_problems():
+    prob = al.datasets.random_tokens(n=6, T=8, d=10, seed=0)
+    with pytest.raises(ValueError, match="cannot enumerate T\\^n = 8\\^6"):
+        al.enumerate_selections(prob)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(select=[5]), "token indices in \\[0, 2\\]"),
+        (dict(select=[0, 1]), "select must be 1 integer token indices"),
+        (dict(norm="l1"), "norm must be 'fro' or 'nuc'"),
+        (dict(relax=[3]), "relax must hold sample indices"),
+    ],
+)
+def test_bad_svm_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        al.max_margin(al.datasets.single_input(), **kwargs)
