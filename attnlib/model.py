@@ -239,7 +239,12 @@ class TokenSelectionProblem:
         return np.exp(self.log_attention(theta))
 
     def _terms(self, theta) -> _Terms:
-        return _deficit_terms(self.log_attention(theta), self.score_gap, self.gamma_opt)
+        return self._terms_from_flat(self._flat(theta)[0])
+
+    def _terms_from_flat(self, flat: np.ndarray) -> _Terms:
+        """Terms at parameters given flat, ``(*batch, size)``."""
+        logits = (flat @ self._features_flat).reshape(flat.shape[:-1] + (self.n, self.T))
+        return _deficit_terms(log_softmax(logits), self.score_gap, self.gamma_opt)
 
     def output(self, theta) -> np.ndarray:
         """Signed outputs ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``: (*batch, n)."""
@@ -261,18 +266,22 @@ class TokenSelectionProblem:
         """``L − L* ≥ 0`` computed without subtracting L*: (*batch,)."""
         return np.mean(self.loss.excess(self.gamma_opt, np.exp(self._terms(theta).log_delta)), axis=-1)
 
-    def _scaled_grad_from(self, terms: _Terms, batch) -> tuple[np.ndarray, np.ndarray]:
+    def _scaled_grad_from(self, terms: _Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(log_scale (*batch,), g)`` with ∇L = exp(log_scale)·g; ``g`` is flat, ``(*batch, size)``,
+        unless ``batch`` is given, then ``(*batch, *shape)``."""
         m, w = _scaled_weights(terms.log_sigma, self.gamma, terms.output, self.loss)
-        g = w.reshape(batch + (self.n * self.T,)) @ self._features_from_opt
-        return m, g.reshape(batch + self.shape)
+        lead = w.shape[:-2]
+        g = w.reshape(lead + (self.n * self.T,)) @ self._features_from_opt
+        return m, g if batch is None else g.reshape(tuple(batch) + self.shape)
 
     def scaled_grad(self, theta) -> tuple[np.ndarray, np.ndarray]:
         """``∇L = exp(log_scale) · g`` with ``g`` of order one: ``(log_scale (*batch,), g (*batch, *shape))``.
 
         The direction ``g/‖g‖`` is exact even when ``‖∇L‖`` is below the smallest float.
         """
-        _, batch = self._flat(theta)
-        return self._scaled_grad_from(self._terms(theta), batch)
+        flat, batch = self._flat(theta)
+        m, g = self._scaled_grad_from(self._terms_from_flat(flat))
+        return m, g.reshape(batch + self.shape)
 
     def grad(self, theta) -> np.ndarray:
         """``∇L(θ)``: (*batch, *shape) (THEORY §1, cancellation-free form)."""

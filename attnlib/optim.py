@@ -163,8 +163,8 @@ def train(
     r = 0
     for k in range(steps + 1):
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below and stops the run
-            terms = prob._terms(flat)
-            log_scale, g = prob._scaled_grad_from(terms, (B,))
+            terms = prob._terms_from_flat(flat)
+            log_scale, g = prob._scaled_grad_from(terms)
         g_norm = np.linalg.norm(g, axis=-1)  # g has entries of order one: no over/underflow
         with np.errstate(divide="ignore"):
             log_gn = log_scale + np.log(g_norm)

@@ -121,3 +121,15 @@ def test_joint_bad_arguments_are_named():
         al.train_joint(X, y, [0, 0, 0], [0, 0], steps=2)
     with pytest.raises(ValueError, match="same number of initialisations"):
         al.train_joint(X, y, np.zeros((2, 2)), np.zeros((3, 2)), steps=2)
+
+
+def test_matrix_parameters_train_like_their_flattening():
+    """Self-attention W (d×d): the optimizer works on the flattened parameter and reshapes back."""
+    prob = al.datasets.random_tokens(n=3, T=4, d=3, seed=0)
+    flat = al.token_selection(prob.A.reshape(prob.n, prob.T, -1), prob.gamma)
+    W0 = np.random.default_rng(0).normal(size=(2, 3, 3))
+    traj = al.train(prob, W0, steps=30, lr=0.1)
+    ref = al.train(flat, W0.reshape(2, 9), steps=30, lr=0.1)
+    assert traj.theta.shape == (31, 2, 3, 3)
+    np.testing.assert_allclose(traj.theta.reshape(31, 2, 9), ref.theta, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(traj.norm[-1], np.linalg.norm(ref.final, axis=-1))
