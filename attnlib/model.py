@@ -146,6 +146,10 @@ class TokenSelectionProblem:
     A: np.ndarray
     gamma: np.ndarray
     loss: Loss
+    #: Optional rank-one structure ``A_it = x_it z_iᵀ`` as ``(X (n, T, d), Z (n, d_z))``: the
+    #: self-attention constructor sets it so that logits and gradients cost O(n·T·d + n·d·d_z)
+    #: per trajectory instead of O(n·T·d·d_z). Results are identical.
+    factors: tuple | None = None
 
     def __post_init__(self):
         A = _as_float_array("A", self.A)
@@ -168,6 +172,11 @@ class TokenSelectionProblem:
         object.__setattr__(self, "A", A)
         object.__setattr__(self, "gamma", gamma)
         object.__setattr__(self, "loss", get_loss(self.loss))
+        if self.factors is not None:
+            X, Z = (np.asarray(f, float) for f in self.factors)
+            if A.ndim != 4 or not np.allclose(X[:, :, :, None] * Z[:, None, None, :], A, rtol=0, atol=1e-12):
+                raise ValueError("factors (X, Z) must satisfy A_it = x_it z_iᵀ")
+            object.__setattr__(self, "factors", (X, Z))
 
     # ------------------------------------------------------------------ sizes and constants
     @property
@@ -213,6 +222,35 @@ class TokenSelectionProblem:
         return (A - A[np.arange(self.n), self.opt][:, None, :]).reshape(self.n * self.T, self.size)
 
     @cached_property
+    def _keys_from_opt(self) -> np.ndarray:
+        """For rank-one features: ``x_it − x_i,opt``, (n, T, d)."""
+        X = self.factors[0]
+        return X - X[np.arange(self.n), self.opt][:, None, :]
+
+    def _logits_flat(self, flat: np.ndarray) -> np.ndarray:
+        """``s_it = ⟨θ, A_it⟩`` for flat parameters ``(*batch, size)``: (*batch, n, T)."""
+        lead = flat.shape[:-1]
+        if self.factors is None:
+            return (flat @ self._features_flat).reshape(lead + (self.n, self.T))
+        X, Z = self.factors
+        B = int(np.prod(lead))
+        # Batched BLAS products: (W z_i) for all i, then x_itᵀ (W z_i) sample by sample.
+        Wz = flat.reshape((B,) + self.shape) @ Z.T  # (B, d, n)
+        logits = X @ np.transpose(Wz, (2, 1, 0))  # (n, T, d) @ (n, d, B) -> (n, T, B)
+        return np.moveaxis(logits, 2, 0).reshape(lead + (self.n, self.T))
+
+    def _adjoint_flat(self, w: np.ndarray) -> np.ndarray:
+        """``Σ_it w_it (A_it − A_i,opt)`` for weights ``(*batch, n, T)``: (*batch, size)."""
+        lead = w.shape[:-2]
+        if self.factors is None:
+            return w.reshape(lead + (self.n * self.T,)) @ self._features_from_opt
+        B = int(np.prod(lead))
+        mixed = np.moveaxis(w.reshape(B, self.n, self.T), 0, 1) @ self._keys_from_opt  # (n, B, d)
+        d = mixed.shape[-1]
+        g = np.moveaxis(mixed, 0, 2).reshape(B * d, self.n) @ self.factors[1]  # (B·d, d_z)
+        return g.reshape(lead + (self.size,))
+
+    @cached_property
     def _features_flat(self) -> np.ndarray:
         return np.ascontiguousarray(self.A.reshape(self.n * self.T, self.size).T)
 
@@ -227,8 +265,7 @@ class TokenSelectionProblem:
 
     def logits(self, theta) -> np.ndarray:
         """``s_it = ⟨θ, A_it⟩``: (*batch, n, T)."""
-        flat, batch = self._flat(theta)
-        return (flat @ self._features_flat).reshape(batch + (self.n, self.T))
+        return self._logits_flat(self._flat(theta)[0])
 
     def log_attention(self, theta) -> np.ndarray:
         """``log σ_it`` (stable log-softmax over tokens): (*batch, n, T)."""
@@ -243,8 +280,7 @@ class TokenSelectionProblem:
 
     def _terms_from_flat(self, flat: np.ndarray) -> _Terms:
         """Terms at parameters given flat, ``(*batch, size)``."""
-        logits = (flat @ self._features_flat).reshape(flat.shape[:-1] + (self.n, self.T))
-        return _deficit_terms(log_softmax(logits), self.score_gap, self.gamma_opt)
+        return _deficit_terms(log_softmax(self._logits_flat(flat)), self.score_gap, self.gamma_opt)
 
     def output(self, theta) -> np.ndarray:
         """Signed outputs ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``: (*batch, n)."""
@@ -270,8 +306,7 @@ class TokenSelectionProblem:
         """``(log_scale (*batch,), g)`` with ∇L = exp(log_scale)·g; ``g`` is flat, ``(*batch, size)``,
         unless ``batch`` is given, then ``(*batch, *shape)``."""
         m, w = _scaled_weights(terms.log_sigma, self.gamma, terms.output, self.loss)
-        lead = w.shape[:-2]
-        g = w.reshape(lead + (self.n * self.T,)) @ self._features_from_opt
+        g = self._adjoint_flat(w)
         return m, g if batch is None else g.reshape(tuple(batch) + self.shape)
 
     def scaled_grad(self, theta) -> tuple[np.ndarray, np.ndarray]:
@@ -353,7 +388,7 @@ def self_attention(X, y, u, Z=None, loss: str | Loss = "logistic") -> TokenSelec
     if Z.shape[0] != n:
         raise ValueError(f"Z must have one query per sample, shape ({n}, d_z), got {Z.shape}")
     A = X[:, :, :, None] * Z[:, None, None, :]
-    return TokenSelectionProblem(A, y[:, None] * (X @ u), loss)
+    return TokenSelectionProblem(A, y[:, None] * (X @ u), loss, factors=(X, Z))
 
 
 @dataclass(frozen=True, eq=False)

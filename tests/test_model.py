@@ -148,3 +148,22 @@ def test_theta_of_wrong_shape_is_named():
     prob = al.datasets.single_input()
     with pytest.raises(ValueError, match="theta must have shape"):
         prob.value(np.zeros(2))
+
+
+def test_rank_one_self_attention_path_equals_generic_features():
+    """The factored self-attention path (A_it = x_it z_iᵀ) gives the generic path's numbers."""
+    for queries in ("self", "cross"):
+        prob = al.datasets.random_tokens(n=4, T=5, d=3, seed=1, queries=queries)
+        generic = al.token_selection(prob.A, prob.gamma, prob.loss)
+        assert prob.factors is not None and generic.factors is None
+        W = np.random.default_rng(0).normal(size=(7,) + prob.shape) * 5
+        np.testing.assert_allclose(prob.logits(W), generic.logits(W), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(prob.grad(W), generic.grad(W), rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(prob.log_gap(W), generic.log_gap(W), rtol=1e-12)
+
+
+def test_inconsistent_factors_are_rejected():
+    prob = al.datasets.random_tokens(n=2, T=3, d=2, seed=0)
+    X, Z = prob.factors
+    with pytest.raises(ValueError, match="factors"):
+        al.TokenSelectionProblem(prob.A, prob.gamma, prob.loss, factors=(X, 2 * Z))
