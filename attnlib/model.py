@@ -20,9 +20,11 @@ its cancellation-free form, and the gradient
 
     ∇L(θ) = \\frac1n \\sum_i ℓ'(u_i) \\sum_{t} σ_{it} (γ_{it} − u_i)(A_{it} − A_{i,\\mathrm{opt}_i})
 
-uses ``γ_it − u_i = δ_i − (γ_opt − γ_it)`` and features measured from the optimal token, so it
-stays exact once ``1 − σ_opt`` is far below machine epsilon. The gradient is also available as
-``(log scale, scaled vector)`` so that its *direction* is exact even where its size underflows.
+computes ``γ_it − u_i = (γ_it − γ_ir) + Σ_τ σ_iτ (γ_ir − γ_iτ)`` from the token ``r_i`` that
+currently holds the attention (the optimal token on a global run, another one on a run caught by
+a local direction), so it stays exact once ``1 − σ_r`` is far below machine epsilon. The
+gradient is also available as ``(log scale, scaled vector)`` so that its *direction* is exact
+even where its size underflows (``‖θ‖·margin`` beyond about 700).
 """
 
 from __future__ import annotations
