@@ -1,0 +1,363 @@
+"""Parameter sweeps over a notebook: the Cartesian product of grids, one papermill run per point.
+
+    python -m attnlib sweep notebooks/04_joint_training.ipynb --grid seed=0:3 --grid lr=0.05,0.1 --jobs 2
+
+Each point is executed with :func:`attnlib.run.execute_notebook` (the same path as ``run`` and the
+book) into ``OUT/points/<name>.ipynb`` with its JSON summary beside it, and the whole sweep is
+collected into ``OUT/results.csv`` and ``OUT/results.json``: one row per point with its
+parameters, status, error, duration and every recorded check (value and verdict).
+
+Nothing is lost:
+
+- grids are validated against the notebook's ``parameters`` cell before anything runs;
+- a failed point is recorded with its error and the others go on;
+- every finished point's files are written atomically as soon as it finishes, and the tables are
+  rewritten after each point, so an interrupted sweep (Ctrl-C, a killed process) keeps them;
+- rerunning the same command resumes: a point whose summary says ``ok`` for the same parameters
+  and the same code (the notebook, attnlib and the pinned requirements) is not run again.
+  Failed points are run again.
+
+Beyond one machine: ``--backend dask`` starts a local Dask cluster, ``--scheduler ADDRESS`` sends
+the points to an existing ``dask.distributed`` scheduler (its workers need this project
+installed). Dask is an optional dependency, imported only on that path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import itertools
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from .book import execution_digest
+from .run import EXIT_FAILED, EXIT_USAGE, UsageError, _write_json_atomically, execute_notebook, notebook_parameters
+from .run import parse_value as _parse_literal
+
+__all__ = ["SweepPoint", "SweepResult", "parse_grid", "grid_points", "sweep", "main"]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _split_values(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes: ``1,[2,3],'a,b'`` → ``['1', '[2,3]', "'a,b'"]``."""
+    parts, depth, quote, current = [], 0, None, []
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts]
+
+
+_RANGE = re.compile(r"^(-?\d+):(-?\d+)(?::(\d+))?$")
+
+
+def parse_grid(specs: Iterable[str], defaults: dict) -> dict[str, list]:
+    """Parse ``NAME=V1,V2,...`` and ``NAME=A:B[:STEP]`` (integers A to B *inclusive*) specs.
+
+    Raises :class:`~attnlib.run.UsageError` for a malformed spec, an unknown or repeated name, or an
+    empty range, naming the spec and the valid parameter names.
+
+    >>> parse_grid(["seed=0:3", "loss=logistic,linear"], {"seed": 0, "loss": "logistic", "lr": 0.1})
+    {'seed': [0, 1, 2, 3], 'loss': ['logistic', 'linear']}
+    """
+    grid: dict[str, list] = {}
+    valid = ", ".join(defaults) or "(none)"
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip():
+            raise UsageError(f"malformed grid {spec!r}: expected NAME=V1,V2,... or NAME=A:B")
+        if name not in defaults:
+            raise UsageError(f"unknown parameter {name!r} in grid {spec!r}; valid names: {valid}")
+        if name in grid:
+            raise UsageError(f"parameter {name!r} appears in two grids; give all its values in one")
+        match = _RANGE.match(text.strip())
+        if match:
+            start, stop, step = int(match[1]), int(match[2]), int(match[3] or 1)
+            if step < 1 or stop < start:
+                raise UsageError(f"empty range in grid {spec!r}: A:B[:STEP] needs A <= B and STEP >= 1")
+            values = list(range(start, stop + 1, step))
+        else:
+            raw = _split_values(text)
+            if any(not r for r in raw):
+                raise UsageError(f"malformed grid {spec!r}: empty value between commas")
+            values = [_parse_literal(r) for r in raw]
+        grid[name] = values
+    if not grid:
+        raise UsageError("a sweep needs at least one --grid NAME=V1,V2,...")
+    return grid
+
+
+def grid_points(grid: dict[str, list]) -> list[dict]:
+    """The Cartesian product of the grids, in the order the grids were given."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: its parameters, a key (parameters + code) and where its files go."""
+
+    parameters: dict
+    key: str
+    output: Path
+
+    @property
+    def summary(self) -> Path:
+        return self.output.with_suffix(".json")
+
+
+def _slug(parameters: dict) -> str:
+    text = "_".join(f"{k}={v}" for k, v in parameters.items())
+    return re.sub(r"[^A-Za-z0-9=._-]+", "-", text)[:80]
+
+
+def _points(notebook: Path, grid: dict[str, list], out: Path) -> list[SweepPoint]:
+    code = execution_digest(PROJECT_ROOT, notebook.resolve())
+    points = []
+    for parameters in grid_points(grid):
+        blob = json.dumps(parameters, sort_keys=True, default=str) + code
+        key = hashlib.sha256(blob.encode()).hexdigest()[:12]
+        points.append(SweepPoint(parameters, key, out / "points" / f"{_slug(parameters)}-{key}.ipynb"))
+    return points
+
+
+def _is_done(point: SweepPoint) -> dict | None:
+    try:
+        summary = json.loads(point.summary.read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("status") == "ok" else None
+
+
+def _run_point(notebook: str, point: SweepPoint) -> dict:
+    """Worker: execute one point (module-level so process pools and Dask can pickle it)."""
+    try:
+        return execute_notebook(notebook, point.output, point.parameters, name=notebook)
+    except Exception as exc:  # a crash outside the notebook (disk, kernel start): record it
+        summary = {
+            "notebook": notebook,
+            "parameters": point.parameters,
+            "status": "failed",
+            "error": f"{type(exc).__name__}: {exc}",
+            "duration_s": None,
+            "checks": [],
+        }
+        _write_json_atomically(point.summary, summary)
+        return summary
+
+
+def _row(point: SweepPoint, summary: dict | None) -> dict:
+    row = {"point": point.output.stem, **point.parameters}
+    if summary is None:
+        return {**row, "status": "pending", "error": None, "duration_s": None}
+    row.update(status=summary["status"], error=summary["error"], duration_s=summary["duration_s"])
+    for check in summary.get("checks", []):
+        row[check["name"]] = check["value"]
+        row[f"{check['name']}_passed"] = check["passed"]
+    return row
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """The table of a sweep: one row per point, and the files it was written to."""
+
+    rows: list[dict]
+    csv_path: Path
+    json_path: Path
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.rows if r["status"] != "ok"]
+
+
+def _write_tables(out: Path, notebook: str, grid: dict, rows: list[dict]) -> tuple[Path, Path]:
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    csv_path, json_path = out / "results.csv", out / "results.json"
+    tmp = csv_path.with_name(f".results.{os.getpid()}.csv")
+    tmp.write_text(buffer.getvalue())
+    os.replace(tmp, csv_path)
+    _write_json_atomically(json_path, {"notebook": notebook, "grid": grid, "rows": rows})
+    return csv_path, json_path
+
+
+def _executor(backend: str, scheduler: str | None, jobs: int):
+    """Submit-style executor: a process pool, or a Dask client (local cluster or an address)."""
+    if backend == "local" and scheduler is None:
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")), None
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise UsageError("the Dask backend needs dask.distributed: pip install 'dask[distributed]'") from exc
+    if scheduler is not None:
+        return Client(scheduler), None
+    cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def sweep(
+    notebook: str | os.PathLike,
+    grid: dict[str, list],
+    out: str | os.PathLike | None = None,
+    jobs: int = 1,
+    backend: str = "local",
+    scheduler: str | None = None,
+    progress: bool = True,
+) -> SweepResult:
+    """Run ``notebook`` at every point of ``grid`` (a dict NAME → list of values).
+
+    Args:
+        out: output folder (default ``_build/sweeps/<notebook stem>``).
+        jobs: points run at once (local processes, or local Dask workers).
+        backend: "local" (processes on this machine) or "dask".
+        scheduler: address of a running Dask scheduler (implies the Dask backend).
+        progress: show a progress bar over points.
+
+    Raises:
+        UsageError: before anything runs, for unknown parameters or bad arguments.
+    """
+    notebook = Path(notebook)
+    defaults = notebook_parameters(notebook)
+    if defaults is None:
+        raise UsageError(f"{notebook} has no cell tagged 'parameters', so it cannot be swept")
+    unknown = sorted(set(grid) - set(defaults))
+    if unknown:
+        raise UsageError(f"unknown parameters {unknown} for {notebook}; valid names: {', '.join(defaults)}")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise UsageError(f"jobs must be a positive integer, got {jobs!r}")
+    if backend not in ("local", "dask"):
+        raise UsageError(f"backend must be 'local' or 'dask', got {backend!r}")
+    out = Path(out) if out is not None else PROJECT_ROOT / "_build" / "sweeps" / notebook.stem
+    points = _points(notebook, grid, out)
+    summaries: dict[str, dict | None] = {p.key: _is_done(p) for p in points}
+    todo = [p for p in points if summaries[p.key] is None]
+    _log(f"sweep {notebook}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run")
+
+    def record(point: SweepPoint, summary: dict) -> None:
+        summaries[point.key] = summary
+        _write_tables(out, str(notebook), grid, [_row(p, summaries[p.key]) for p in points])
+
+    out.mkdir(parents=True, exist_ok=True)
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=notebook.stem, unit="point")
+    executor, cluster = _executor(backend, scheduler, jobs) if todo else (None, None)
+    try:
+        if executor is not None:
+            futures = {executor.submit(_run_point, str(notebook), p): p for p in todo}
+            completed = as_completed(futures)
+            if not isinstance(executor, ProcessPoolExecutor):
+                from dask.distributed import as_completed as dask_completed
+
+                completed = dask_completed(list(futures))
+            for future in completed:
+                point = futures[future]
+                try:
+                    summary = future.result()
+                except Exception as exc:  # the worker itself died
+                    summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "duration_s": None}
+                record(point, summary)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(failed=sum(1 for s in summaries.values() if s and s["status"] != "ok"))
+    finally:
+        if bar is not None:
+            bar.close()
+        if isinstance(executor, ProcessPoolExecutor):
+            executor.shutdown(wait=False, cancel_futures=True)  # an interrupt must not wait for running points
+        elif executor is not None:
+            executor.close()
+        if cluster is not None:
+            cluster.close()
+        rows = [_row(p, summaries[p.key]) for p in points]
+        csv_path, json_path = _write_tables(out, str(notebook), grid, rows)
+    return SweepResult(rows, csv_path, json_path)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib sweep",
+        description=__doc__.split("\n\n", 2)[0]
+        + "\n\nEach point runs the notebook once with papermill; results go to OUT/results.csv and OUT/results.json.",
+        epilog=(
+            "example:\n"
+            "  python -m attnlib sweep notebooks/04_joint_training.ipynb --grid seed=0:3 --jobs 2\n"
+            "  (4 points, written to _build/sweeps/04_joint_training; rerun the same command to resume)"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("notebook", help="the notebook to sweep (it is only read)")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=VALUES",
+        help="values of one parameter: V1,V2,... (Python literals) or A:B[:STEP] (integers A to B inclusive); "
+        "repeat for several parameters (Cartesian product)",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="points run at once (default 1)")
+    parser.add_argument("--out", help="output folder (default _build/sweeps/NOTEBOOK)")
+    parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")
+    parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: exit 0 if every point ran ok, 1 if some failed, 2 if refused before running."""
+    args = _parse_args(argv)
+    start = time.perf_counter()
+    try:
+        defaults = notebook_parameters(Path(args.notebook))
+        if defaults is None:
+            raise UsageError(f"{args.notebook} has no cell tagged 'parameters', so it cannot be swept")
+        grid = parse_grid(args.grid, defaults)
+        result = sweep(args.notebook, grid, args.out, args.jobs, args.backend, args.scheduler, not args.no_progress)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: finished points are kept; rerun the same command to resume", file=sys.stderr)
+        return 130
+    failed = result.failed
+    _log(
+        f"{len(result.rows) - len(failed)}/{len(result.rows)} points ok in {time.perf_counter() - start:.1f} s; "
+        f"table: {result.csv_path}"
+    )
+    for row in failed:
+        _log(f"  failed {row['point']}: {row['error']}")
+    return EXIT_FAILED if failed else 0
