@@ -38,6 +38,8 @@ from .losses import Loss, get_loss
 
 __all__ = [
     "TokenSelectionProblem",
+    "ProblemStack",
+    "stack_problems",
     "JointAttention",
     "token_selection",
     "prompt_attention",
@@ -129,8 +131,81 @@ def _scaled_weights(
     return m, w_scaled
 
 
+class _LinearLogits:
+    """Evaluation shared by a problem and a stack of problems.
+
+    Subclasses provide ``n, T, shape, size, gamma, gamma_opt, score_gap, loss`` and the three
+    array hooks ``_flat`` (validate θ and flatten it), ``_logits_flat`` and ``_adjoint_flat``.
+    """
+
+    def logits(self, theta) -> np.ndarray:
+        """``s_it = ⟨θ, A_it⟩``: (*batch, n, T)."""
+        return self._logits_flat(self._flat(theta)[0])
+
+    def log_attention(self, theta) -> np.ndarray:
+        """``log σ_it`` (stable log-softmax over tokens): (*batch, n, T)."""
+        return log_softmax(self.logits(theta), axis=-1)
+
+    def attention(self, theta) -> np.ndarray:
+        """``σ_it``: (*batch, n, T)."""
+        return np.exp(self.log_attention(theta))
+
+    def _terms(self, theta) -> _Terms:
+        return self._terms_from_flat(self._flat(theta)[0])
+
+    def _terms_from_flat(self, flat: np.ndarray) -> _Terms:
+        """Terms at parameters given flat, ``(*batch, size)``."""
+        return _deficit_terms(log_softmax(self._logits_flat(flat)), self.score_gap, self.gamma_opt)
+
+    def output(self, theta) -> np.ndarray:
+        """Signed outputs ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``: (*batch, n)."""
+        return self._terms(theta).output
+
+    def value(self, theta) -> np.ndarray:
+        """``L(θ)``: (*batch,)."""
+        return np.mean(self.loss.value(self.output(theta)), axis=-1)
+
+    def _log_gap_from(self, terms: _Terms) -> np.ndarray:
+        per_sample = self.loss.log_excess(self.gamma_opt, terms.log_delta)
+        return logsumexp(per_sample, axis=-1) - np.log(self.n)
+
+    def log_gap(self, theta) -> np.ndarray:
+        """``log(L − L*)``, accurate where ``L − L*`` itself underflows: (*batch,)."""
+        return self._log_gap_from(self._terms(theta))
+
+    def gap(self, theta) -> np.ndarray:
+        """``L − L* ≥ 0`` computed without subtracting L*: (*batch,)."""
+        return np.mean(self.loss.excess(self.gamma_opt, np.exp(self._terms(theta).log_delta)), axis=-1)
+
+    def _scaled_grad_from(self, terms: _Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(log_scale (*batch,), g)`` with ∇L = exp(log_scale)·g; ``g`` is flat, ``(*batch, size)``,
+        unless ``batch`` is given, then ``(*batch, *shape)``."""
+        m, w = _scaled_weights(terms.log_sigma, self.gamma, terms.output, self.loss)
+        g = self._adjoint_flat(w)
+        return m, g if batch is None else g.reshape(tuple(batch) + self.shape)
+
+    def scaled_grad(self, theta) -> tuple[np.ndarray, np.ndarray]:
+        """``∇L = exp(log_scale) · g`` with ``g`` of order one: ``(log_scale (*batch,), g (*batch, *shape))``.
+
+        The direction ``g/‖g‖`` is exact even when ``‖∇L‖`` is below the smallest float.
+        """
+        flat, batch = self._flat(theta)
+        m, g = self._scaled_grad_from(self._terms_from_flat(flat))
+        return m, g.reshape(batch + self.shape)
+
+    def grad(self, theta) -> np.ndarray:
+        """``∇L(θ)``: (*batch, *shape) (THEORY §1, cancellation-free form)."""
+        m, g = self.scaled_grad(theta)
+        scale = np.exp(m).reshape(m.shape + (1,) * len(self.shape))
+        return scale * g
+
+    def selection(self, theta) -> np.ndarray:
+        """The token each sample attends to most, ``argmax_t σ_it``: (*batch, n)."""
+        return np.argmax(self.logits(theta), axis=-1)
+
+
 @dataclass(frozen=True, eq=False)
-class TokenSelectionProblem:
+class TokenSelectionProblem(_LinearLogits):
     """Logit features ``A`` (n, T, *shape), scores ``gamma`` (n, T) and a loss (THEORY §1).
 
     Every method accepts ``theta`` of shape ``(*batch, *shape)`` and returns arrays with the
@@ -256,7 +331,6 @@ class TokenSelectionProblem:
     def _features_flat(self) -> np.ndarray:
         return np.ascontiguousarray(self.A.reshape(self.n * self.T, self.size).T)
 
-    # ------------------------------------------------------------------ evaluation
     def _flat(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
         theta = np.asarray(theta, dtype=float)
         k = len(self.shape)
@@ -264,71 +338,6 @@ class TokenSelectionProblem:
             raise ValueError(f"theta must have shape (*batch, {', '.join(map(str, self.shape))}), got {theta.shape}")
         batch = theta.shape[: theta.ndim - k]
         return theta.reshape(batch + (self.size,)), batch
-
-    def logits(self, theta) -> np.ndarray:
-        """``s_it = ⟨θ, A_it⟩``: (*batch, n, T)."""
-        return self._logits_flat(self._flat(theta)[0])
-
-    def log_attention(self, theta) -> np.ndarray:
-        """``log σ_it`` (stable log-softmax over tokens): (*batch, n, T)."""
-        return log_softmax(self.logits(theta), axis=-1)
-
-    def attention(self, theta) -> np.ndarray:
-        """``σ_it``: (*batch, n, T)."""
-        return np.exp(self.log_attention(theta))
-
-    def _terms(self, theta) -> _Terms:
-        return self._terms_from_flat(self._flat(theta)[0])
-
-    def _terms_from_flat(self, flat: np.ndarray) -> _Terms:
-        """Terms at parameters given flat, ``(*batch, size)``."""
-        return _deficit_terms(log_softmax(self._logits_flat(flat)), self.score_gap, self.gamma_opt)
-
-    def output(self, theta) -> np.ndarray:
-        """Signed outputs ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``: (*batch, n)."""
-        return self._terms(theta).output
-
-    def value(self, theta) -> np.ndarray:
-        """``L(θ)``: (*batch,)."""
-        return np.mean(self.loss.value(self.output(theta)), axis=-1)
-
-    def _log_gap_from(self, terms: _Terms) -> np.ndarray:
-        per_sample = self.loss.log_excess(self.gamma_opt, terms.log_delta)
-        return logsumexp(per_sample, axis=-1) - np.log(self.n)
-
-    def log_gap(self, theta) -> np.ndarray:
-        """``log(L − L*)``, accurate where ``L − L*`` itself underflows: (*batch,)."""
-        return self._log_gap_from(self._terms(theta))
-
-    def gap(self, theta) -> np.ndarray:
-        """``L − L* ≥ 0`` computed without subtracting L*: (*batch,)."""
-        return np.mean(self.loss.excess(self.gamma_opt, np.exp(self._terms(theta).log_delta)), axis=-1)
-
-    def _scaled_grad_from(self, terms: _Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
-        """``(log_scale (*batch,), g)`` with ∇L = exp(log_scale)·g; ``g`` is flat, ``(*batch, size)``,
-        unless ``batch`` is given, then ``(*batch, *shape)``."""
-        m, w = _scaled_weights(terms.log_sigma, self.gamma, terms.output, self.loss)
-        g = self._adjoint_flat(w)
-        return m, g if batch is None else g.reshape(tuple(batch) + self.shape)
-
-    def scaled_grad(self, theta) -> tuple[np.ndarray, np.ndarray]:
-        """``∇L = exp(log_scale) · g`` with ``g`` of order one: ``(log_scale (*batch,), g (*batch, *shape))``.
-
-        The direction ``g/‖g‖`` is exact even when ``‖∇L‖`` is below the smallest float.
-        """
-        flat, batch = self._flat(theta)
-        m, g = self._scaled_grad_from(self._terms_from_flat(flat))
-        return m, g.reshape(batch + self.shape)
-
-    def grad(self, theta) -> np.ndarray:
-        """``∇L(θ)``: (*batch, *shape) (THEORY §1, cancellation-free form)."""
-        m, g = self.scaled_grad(theta)
-        scale = np.exp(m).reshape(m.shape + (1,) * len(self.shape))
-        return scale * g
-
-    def selection(self, theta) -> np.ndarray:
-        """The token each sample attends to most, ``argmax_t σ_it``: (*batch, n)."""
-        return np.argmax(self.logits(theta), axis=-1)
 
 
 def token_selection(A, gamma, loss: str | Loss = "logistic") -> TokenSelectionProblem:
@@ -391,6 +400,99 @@ def self_attention(X, y, u, Z=None, loss: str | Loss = "logistic") -> TokenSelec
         raise ValueError(f"Z must have one query per sample, shape ({n}, d_z), got {Z.shape}")
     A = X[:, :, :, None] * Z[:, None, None, :]
     return TokenSelectionProblem(A, y[:, None] * (X @ u), loss, factors=(X, Z))
+
+
+@dataclass(frozen=True, eq=False)
+class ProblemStack(_LinearLogits):
+    """S problems of equal ``n``, ``T``, parameter shape and loss, evaluated member by member.
+
+    Parameters carry the problem axis just before the parameter axes, ``theta`` (*batch, S, *shape),
+    and every method returns arrays with those leading axes: ``value`` is (*batch, S), ``logits``
+    (*batch, S, n, T). :func:`attnlib.train` steps one trajectory per problem in one set of array
+    operations, so a sweep over seeds (different data) is a batch like a sweep over initialisations.
+
+    >>> import numpy as np, attnlib as al
+    >>> stack = al.stack_problems([al.datasets.random_tokens(6, 8, 10, seed=s) for s in range(3)])
+    >>> stack.S, stack.value(np.zeros((3, 10, 10))).shape
+    (3, (3,))
+    """
+
+    problems: tuple
+
+    def __post_init__(self):
+        problems = tuple(self.problems)
+        if not problems or not all(isinstance(p, TokenSelectionProblem) for p in problems):
+            raise ValueError("problems must be a non-empty sequence of TokenSelectionProblem")
+        first = problems[0]
+        for k, p in enumerate(problems):
+            if (p.n, p.T, p.shape, p.loss.name) != (first.n, first.T, first.shape, first.loss.name):
+                raise ValueError(
+                    f"problems must share n, T, parameter shape and loss; problem {k} has "
+                    f"(n={p.n}, T={p.T}, shape={p.shape}, loss={p.loss.name!r}), problem 0 has "
+                    f"(n={first.n}, T={first.T}, shape={first.shape}, loss={first.loss.name!r})"
+                )
+        object.__setattr__(self, "problems", problems)
+
+    S = property(lambda self: len(self.problems), doc="Number of problems.")
+    n = property(lambda self: self.problems[0].n)
+    T = property(lambda self: self.problems[0].T)
+    shape = property(lambda self: self.problems[0].shape)
+    size = property(lambda self: self.problems[0].size)
+    loss = property(lambda self: self.problems[0].loss)
+
+    @cached_property
+    def gamma(self) -> np.ndarray:
+        """(S, n, T)."""
+        return np.stack([p.gamma for p in self.problems])
+
+    @cached_property
+    def opt(self) -> np.ndarray:
+        """(S, n)."""
+        return np.stack([p.opt for p in self.problems])
+
+    @cached_property
+    def gamma_opt(self) -> np.ndarray:
+        return np.stack([p.gamma_opt for p in self.problems])
+
+    @cached_property
+    def score_gap(self) -> np.ndarray:
+        return np.stack([p.score_gap for p in self.problems])
+
+    @cached_property
+    def loss_floor(self) -> np.ndarray:
+        """(S,)."""
+        return np.array([p.loss_floor for p in self.problems])
+
+    @cached_property
+    def _features_flat(self) -> np.ndarray:
+        return np.stack([p._features_flat for p in self.problems])  # (S, size, n·T)
+
+    @cached_property
+    def _features_from_opt(self) -> np.ndarray:
+        return np.stack([p._features_from_opt for p in self.problems])  # (S, n·T, size)
+
+    def _flat(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+        theta = np.asarray(theta, dtype=float)
+        k = len(self.shape) + 1
+        if theta.ndim < k or theta.shape[theta.ndim - k :] != (self.S,) + self.shape:
+            raise ValueError(
+                f"theta must have shape (*batch, S={self.S}, {', '.join(map(str, self.shape))}), got {theta.shape}"
+            )
+        batch = theta.shape[: theta.ndim - k + 1]
+        return theta.reshape(batch + (self.size,)), batch
+
+    def _logits_flat(self, flat: np.ndarray) -> np.ndarray:
+        logits = (flat[..., None, :] @ self._features_flat)[..., 0, :]  # batched over problems
+        return logits.reshape(flat.shape[:-1] + (self.n, self.T))
+
+    def _adjoint_flat(self, w: np.ndarray) -> np.ndarray:
+        lead = w.shape[:-2]
+        return (w.reshape(lead + (1, self.n * self.T)) @ self._features_from_opt)[..., 0, :]
+
+
+def stack_problems(problems) -> ProblemStack:
+    """Stack problems of equal sizes (e.g. one per seed) to train them as one batch."""
+    return ProblemStack(tuple(problems))
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import JointAttention, TokenSelectionProblem
+from .model import JointAttention, ProblemStack, TokenSelectionProblem
 
 __all__ = ["Stop", "Trajectory", "JointTrajectory", "train", "train_joint", "METHODS"]
 
@@ -119,8 +119,9 @@ def train(
     """Run ``steps`` iterations of GD, NGD or Polyak from every initialisation in ``theta0``.
 
     Args:
-        prob: the problem.
-        theta0: (*shape) for one trajectory or (B, *shape) for a batch.
+        prob: the problem, or a :class:`ProblemStack` of S problems (one trajectory each).
+        theta0: (*shape) for one trajectory or (B, *shape) for a batch; for a stack (S, *shape),
+            or (*shape) to start every problem there.
         steps: number of iterations.
         method: "gd", "ngd" or "polyak" (``lr`` multiplies the Polyak step; 1 is the classical one).
         lr: step size η.
@@ -139,13 +140,14 @@ def train(
     _check_method(method)
     _check_schedule(steps, lr, record_every)
     theta = np.array(theta0, dtype=float)
-    single = theta.shape == prob.shape
-    if single:
-        theta = theta[None]
-    if theta.ndim != len(prob.shape) + 1 or theta.shape[1:] != prob.shape:
-        raise ValueError(
-            f"theta0 must have shape {prob.shape} or (B, {', '.join(map(str, prob.shape))}), got {theta.shape}"
-        )
+    stacked = isinstance(prob, ProblemStack)
+    if theta.shape == prob.shape:  # one initialisation (shared by every problem of a stack)
+        theta = np.repeat(theta[None], prob.S if stacked else 1, axis=0)
+    expected = (
+        f"(S={prob.S}, {', '.join(map(str, prob.shape))})" if stacked else f"(B, {', '.join(map(str, prob.shape))})"
+    )
+    if theta.ndim != len(prob.shape) + 1 or theta.shape[1:] != prob.shape or (stacked and len(theta) != prob.S):
+        raise ValueError(f"theta0 must have shape {prob.shape} or {expected}, got {theta.shape}")
     if not np.all(np.isfinite(theta)):
         raise ValueError("theta0 must be finite")
     B, size = theta.shape[0], prob.size
@@ -192,7 +194,7 @@ def train(
             if np.any(too_long):
                 sel = np.argmax(terms.log_sigma, axis=-1)
                 for b in np.flatnonzero(too_long):
-                    off = np.flatnonzero(sel[b] != prob.opt)
+                    off = np.flatnonzero(sel[b] != np.broadcast_to(prob.opt, sel.shape)[b])
                     where = f"samples {off.tolist()} select a non-optimal token" if off.size else "selection = opt"
                     stop_reason[b] = f"polyak step exploded: L − L* does not vanish ({where}; L* unreachable)"
                 stop_step[too_long] = k

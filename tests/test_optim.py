@@ -133,3 +133,26 @@ def test_matrix_parameters_train_like_their_flattening():
     assert traj.theta.shape == (31, 2, 3, 3)
     np.testing.assert_allclose(traj.theta.reshape(31, 2, 9), ref.theta, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(traj.norm[-1], np.linalg.norm(ref.final, axis=-1))
+
+
+@pytest.mark.parametrize("method, lr", [("gd", 1.0), ("ngd", 0.1), ("polyak", 1.0)])
+def test_stacked_problems_train_like_each_alone(method, lr):
+    """One trajectory per problem (e.g. per seed) in one batch equals each problem trained alone."""
+    problems = [al.datasets.random_tokens(n=4, T=5, d=3, seed=s, family="global") for s in range(4)]
+    stack = al.stack_problems(problems)
+    W0 = np.random.default_rng(0).normal(size=(4, 3, 3))
+    traj = al.train(stack, W0, steps=40, method=method, lr=lr, record_every=10)
+    assert traj.theta.shape == (5, 4, 3, 3)
+    for s, prob in enumerate(problems):
+        alone = al.train(prob, W0[s], steps=40, method=method, lr=lr, record_every=10)
+        np.testing.assert_allclose(traj.theta[:, s], alone.theta[:, 0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(traj.log_gap[:, s], alone.log_gap[:, 0], rtol=1e-10)
+    np.testing.assert_allclose(stack.loss_floor, [p.loss_floor for p in problems])
+
+
+def test_stack_refuses_mismatched_problems():
+    with pytest.raises(ValueError, match="problems must share n, T, parameter shape and loss; problem 1"):
+        al.stack_problems([al.datasets.random_tokens(4, 5, 3, seed=0), al.datasets.random_tokens(4, 6, 3, seed=1)])
+    stack = al.stack_problems([al.datasets.single_input(), al.datasets.single_input(local=True)])
+    with pytest.raises(ValueError, match="theta0 must have shape"):
+        al.train(stack, np.zeros((3, 3)), steps=1)
