@@ -1,0 +1,283 @@
+"""Basins of the locally-optimal directions, and training a stack of problems (THEORY §6).
+
+Local convergence ([MMTS], [TFSVM]): GD started in a cone around a *locally optimal*
+``θ_mm(α)`` converges in direction to it, so a dense grid of initialisations splits into basins,
+one per locally-optimal selection. :func:`basin_map` trains a grid as one batch and attributes
+each trajectory to the direction it is heading to, or to none ("undecided within the horizon").
+
+How a trajectory is attributed. A trajectory converging to ``θ_mm(α)`` does so with a bounded
+orthogonal offset (THEORY §10.11): ``θ(t) = a(t) d̂ + r(t)`` with ``r(t)`` converging, so its
+*motion* ``Δθ = θ(t_b) − θ(t_a)`` over the last half of the horizon points along ``d̂`` up to
+``‖Δr‖/‖Δθ‖ → 0``, much sooner than its position does (``1 − cos θ ≈ ‖r‖²/2‖θ‖²``, slow when
+``r`` is large, as it is after a long stay near a basin boundary). A trajectory is attributed to
+``α`` when ``1 − cos(Δθ, θ_mm(α)) ≤ tol`` and it selects ``α``; otherwise it is *undecided*. A
+trajectory that lingers near a basin boundary moves along a direction between the candidates
+(for [MMTS] Fig. 1(b) the direction where two tokens' logits tie, at ``1 − cos ≈ 5·10⁻³``
+from ``p_mm(α=2)``), so ``tol`` must sit below the gap between the candidates and such
+directions, and above the decay of ``‖Δr‖/‖Δθ‖``. Undecided trajectories can be continued for
+longer (``extend_steps``): a small second batch, not a loop.
+
+GD's direction converges like ``1/log t``: within any affordable horizon it does not settle.
+``readout_steps`` continues every trajectory with NGD (``readout_lr``) after the ``steps`` of
+``method``; NGD follows the same gradient-flow paths at unit speed, so the read-out tells where
+the first ``steps`` of GD have sent each initialisation.
+
+:func:`train_each` trains S problems of the same shape, one trajectory each, in one batch
+(``al.train`` batches initialisations of *one* problem; its NGD normalises the whole parameter,
+so stacking problems block-diagonally would couple their step sizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import log_softmax, logsumexp
+
+from .metrics import cosine
+from .model import TokenSelectionProblem, _deficit_terms, _scaled_weights
+from .optim import Stop, Trajectory, _check_method, _check_schedule, _record_steps, train
+from .svm import SelectionReport, locally_optimal_selections
+
+__all__ = ["BasinMap", "basin_map", "classify_motion", "train_each"]
+
+#: Default attribution tolerance on ``1 − cos(Δθ, θ_mm(α))`` (see the module docstring).
+MOTION_TOL = 1e-3
+
+
+@dataclass(frozen=True, eq=False)
+class BasinMap:
+    """Where each trajectory of a batch is heading.
+
+    Attributes:
+        labels: (B,) index into ``candidates`` or ``-1`` (undecided within the horizon).
+        candidates: the locally-optimal selections (:class:`~attnlib.svm.SelectionReport`).
+        is_global: (K,) bool, candidate ``k`` is the optimal selection.
+        final: (B, *shape) the last parameters.
+        motion_cosine: (B, K) ``cos(Δθ, θ_mm(α_k))`` over the last half of the horizon.
+        position_cosine: (B, K) ``cos(θ_final, θ_mm(α_k))``.
+        extended: (B,) bool, the trajectory was undecided at the first horizon and continued.
+        steps: the first horizon; ``readout_steps``, ``extend_steps`` as given.
+        tol: the attribution tolerance.
+    """
+
+    labels: np.ndarray
+    candidates: tuple
+    is_global: np.ndarray
+    final: np.ndarray
+    motion_cosine: np.ndarray
+    position_cosine: np.ndarray
+    extended: np.ndarray
+    steps: int
+    readout_steps: int
+    extend_steps: int
+    tol: float
+
+    def fractions(self) -> dict:
+        """Fraction of the batch in each basin: ``{"global": …, "local": …, "undecided": …}``.
+
+        Several local candidates are summed under "local"; the values sum to one.
+        """
+        glob = np.isin(self.labels, np.flatnonzero(self.is_global))
+        undecided = self.labels < 0
+        return {
+            "global": float(np.mean(glob)),
+            "local": float(np.mean(~glob & ~undecided)),
+            "undecided": float(np.mean(undecided)),
+        }
+
+    def kind(self) -> np.ndarray:
+        """(B,) ``0`` global, ``1`` local, ``-1`` undecided."""
+        glob = np.isin(self.labels, np.flatnonzero(self.is_global))
+        return np.where(self.labels < 0, -1, np.where(glob, 0, 1))
+
+
+def classify_motion(
+    prob: TokenSelectionProblem, theta_a, theta_b, candidates, tol: float = MOTION_TOL
+) -> tuple[np.ndarray, np.ndarray]:
+    """Attribute trajectories to candidates by their motion between two recorded states.
+
+    Args:
+        prob: the problem.  theta_a, theta_b: (B, *shape) earlier and later states.
+        candidates: K :class:`~attnlib.svm.SelectionReport` (feasible) to attribute to.
+        tol: trajectory ``b`` goes to ``k`` if ``1 − cos(θ_b − θ_a, θ_mm(α_k)) ≤ tol`` and
+            ``prob.selection(θ_b) = α_k``.
+
+    Returns ``labels`` (B,) (``-1``: none) and ``motion_cosine`` (B, K).
+    """
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    motion = np.asarray(theta_b, float) - np.asarray(theta_a, float)
+    sel = prob.selection(theta_b)
+    B = motion.shape[0]
+    cos = np.empty((B, len(candidates)))
+    hit = np.zeros((B, len(candidates)), bool)
+    for k, cand in enumerate(candidates):  # K candidates (a handful), each over the whole batch
+        with np.errstate(invalid="ignore"):
+            cos[:, k] = cosine(motion, cand.solution.theta)
+        hit[:, k] = (1.0 - cos[:, k] <= tol) & np.all(sel == np.asarray(cand.select), axis=-1)
+    if np.any(hit.sum(axis=1) > 1):
+        raise ValueError("tol is too loose: a trajectory matches two candidates")
+    labels = np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1)
+    return labels, cos
+
+
+def _two_states(prob, theta0, steps, method, lr):
+    """Train ``steps`` and return the states at ``steps // 2`` and ``steps``."""
+    half = max(steps // 2, 1)
+    traj = train(prob, theta0, steps, method, lr, record_every=half)
+    mid = int(np.flatnonzero(traj.steps == half)[0])
+    return traj.theta[mid], traj.theta[-1]
+
+
+def basin_map(
+    prob: TokenSelectionProblem,
+    theta0,
+    steps: int,
+    method: str = "ngd",
+    lr: float = 0.1,
+    candidates=None,
+    tol: float = MOTION_TOL,
+    readout_steps: int = 0,
+    readout_lr: float = 0.5,
+    extend_steps: int = 0,
+) -> BasinMap:
+    """Train every initialisation in ``theta0`` as one batch and map it to its basin.
+
+    Args:
+        prob: the problem.  theta0: (B, *shape) initialisations (e.g. a grid).
+        steps, method, lr: the optimizer whose basins are mapped.
+        candidates: locally-optimal selections (default: all, by enumeration).
+        tol: attribution tolerance (:func:`classify_motion`).
+        readout_steps: if > 0, continue every trajectory with NGD (``readout_lr``) for this many
+            steps and attribute by the motion during the read-out (use it for GD).
+        extend_steps: continue the undecided ones with NGD for this many more steps.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> m = al.basin_map(prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5)
+    >>> m.kind().tolist()
+    [0, 0, 0, 0, 1, 1]
+    """
+    _check_method(method)
+    _check_schedule(steps, lr, 1)
+    if candidates is None:
+        candidates = locally_optimal_selections(prob)
+    candidates = tuple(candidates)
+    if not candidates or not all(isinstance(c, SelectionReport) and c.feasible for c in candidates):
+        raise ValueError("candidates must be a non-empty list of feasible SelectionReports")
+    theta0 = np.asarray(theta0, float)
+    if readout_steps > 0:
+        first = train(prob, theta0, steps, method, lr, record_every=max(steps, 1)).final
+        a, b = _two_states(prob, first, readout_steps, "ngd", readout_lr)
+    else:
+        a, b = _two_states(prob, theta0, steps, method, lr)
+    labels, mcos = classify_motion(prob, a, b, candidates, tol)
+    extended = np.zeros(len(labels), bool)
+    final = b.copy()
+    undecided = np.flatnonzero(labels < 0)
+    if extend_steps > 0 and undecided.size:
+        ext_lr = lr if (readout_steps == 0 and method == "ngd") else readout_lr
+        a2, b2 = _two_states(prob, b[undecided], extend_steps, "ngd", ext_lr)
+        labels[undecided], mcos[undecided] = classify_motion(prob, a2, b2, candidates, tol)
+        final[undecided] = b2
+        extended[undecided] = True
+    pcos = np.stack([cosine(final, c.solution.theta) for c in candidates], axis=-1)
+    return BasinMap(
+        labels=labels,
+        candidates=candidates,
+        is_global=np.array([np.array_equal(c.select, prob.opt) for c in candidates]),
+        final=final,
+        motion_cosine=mcos,
+        position_cosine=pcos,
+        extended=extended,
+        steps=int(steps),
+        readout_steps=int(readout_steps),
+        extend_steps=int(extend_steps),
+        tol=float(tol),
+    )
+
+
+def train_each(problems, theta0, steps: int, method: str = "ngd", lr: float = 0.1, record_every: int = 1):
+    """GD or NGD on S problems of the same shape, one trajectory per problem, as one batch.
+
+    Each problem gets its own NGD normalisation (``θ_s ← θ_s − η g_s/‖g_s‖``), exactly as if it
+    were trained alone with :func:`attnlib.train`; the gradient is the library's
+    cancellation-free one (THEORY §1).
+
+    Args:
+        problems: S :class:`TokenSelectionProblem` with equal ``n``, ``T``, shape and loss.
+        theta0: (S, *shape) or (*shape) (the same start for every problem).
+        steps, method ("gd" or "ngd"), lr, record_every: as in :func:`attnlib.train`.
+
+    Returns a :class:`~attnlib.optim.Trajectory` whose batch axis is the problem index.
+
+    >>> import numpy as np, attnlib as al
+    >>> probs = [al.datasets.random_tokens(2, 3, 4, seed=s) for s in range(3)]
+    >>> traj = al.train_each(probs, np.zeros((4, 4)), steps=20)
+    >>> traj.theta.shape
+    (21, 3, 4, 4)
+    """
+    problems = list(problems)
+    if not problems:
+        raise ValueError("problems must hold at least one problem")
+    if method not in ("gd", "ngd"):
+        raise ValueError(f"method must be 'gd' or 'ngd', got {method!r}")
+    _check_schedule(steps, lr, record_every)
+    p0 = problems[0]
+    for p in problems[1:]:
+        if (p.n, p.T, p.shape) != (p0.n, p0.T, p0.shape) or p.loss.name != p0.loss.name:
+            raise ValueError("all problems must share n, T, the parameter shape and the loss")
+    S, n, T, size = len(problems), p0.n, p0.T, p0.size
+    A = np.stack([p.A.reshape(n * T, size) for p in problems])  # (S, n·T, size)
+    F = np.stack([p._features_from_opt for p in problems])  # (S, n·T, size)
+    gamma = np.stack([p.gamma for p in problems])
+    score_gap = np.stack([p.score_gap for p in problems])
+    gamma_opt = np.stack([p.gamma_opt for p in problems])
+    theta = np.array(theta0, dtype=float)
+    if theta.shape == p0.shape:
+        theta = np.broadcast_to(theta, (S,) + p0.shape)
+    if theta.shape != (S,) + p0.shape:
+        raise ValueError(
+            f"theta0 must have shape {p0.shape} or ({S}, {', '.join(map(str, p0.shape))}), got {theta.shape}"
+        )
+    flat = theta.reshape(S, size).copy()
+    record = _record_steps(steps, record_every)
+    R = len(record)
+    out_theta, out_loss = np.empty((R, S, size)), np.empty((R, S))
+    out_gap, out_gn = np.empty((R, S)), np.empty((R, S))
+    stop_step = np.full(S, -1)
+    active = np.ones(S, bool)
+    r = 0
+    for k in range(steps + 1):
+        log_sigma = log_softmax((A @ flat[:, :, None]).reshape(S, n, T), axis=-1)
+        terms = _deficit_terms(log_sigma, score_gap, gamma_opt)
+        m, w = _scaled_weights(log_sigma, gamma, terms.output, p0.loss)
+        g = (w.reshape(S, 1, n * T) @ F)[:, 0]
+        g_norm = np.linalg.norm(g, axis=-1)
+        if k == record[r]:
+            out_theta[r] = flat
+            out_loss[r] = np.mean(p0.loss.value(terms.output), axis=-1)
+            out_gap[r] = logsumexp(p0.loss.log_excess(gamma_opt, terms.log_delta), axis=-1) - np.log(n)
+            with np.errstate(divide="ignore"):
+                out_gn[r] = m + np.log(g_norm)
+            r += 1
+        if k == steps:
+            break
+        dead = active & ~(np.isfinite(g_norm) & (g_norm > 0) & np.isfinite(m))
+        stop_step[dead] = k
+        active &= ~dead
+        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
+        length = np.full(S, lr) if method == "ngd" else lr * np.exp(m) * g_norm
+        flat[active] -= length[active, None] * unit[active]
+    stopped = tuple(None if s < 0 else Stop(int(s), "gradient is zero or non-finite") for s in stop_step)
+    return Trajectory(
+        theta=out_theta.reshape((R, S) + p0.shape),
+        steps=record,
+        loss=out_loss,
+        log_gap=out_gap,
+        log_grad_norm=out_gn,
+        stopped=stopped,
+        method=method,
+        lr=float(lr),
+    )

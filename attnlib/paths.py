@@ -1,0 +1,627 @@
+"""Regularization path: the constrained minimiser of the loss on growing balls (THEORY §5).
+
+.. math::
+
+    \\bar θ(R) = \\arg\\min_{‖θ‖ ≤ R} L(θ), \\qquad
+    \\lim_{R→∞} \\frac{\\bar θ(R)}{R} = \\frac{θ_{mm}^*}{‖θ_{mm}^*‖}
+
+for the prompt ``p`` of [MMTS] (any loss of the class, no condition on the non-optimal scores)
+and for ``W`` with the Frobenius W-SVM [TFSVM]. For the factorisation ``W = K Qᵀ`` under
+``‖K‖²_F + ‖Q‖²_F ≤ 2R`` the limit of ``K̄Q̄ᵀ/R`` is the *nuclear-norm* SVM direction [TFSVM].
+
+The problem is non-convex, so every radius is solved from several starts (random points on the
+sphere plus the previous radius's solution, scaled), all stepped together as one batch by
+projected gradient descent with Barzilai–Borwein steps and an Armijo backtracking test.
+
+Why not minimise ``L`` directly (THEORY §10.6): ``L − L* ≈ e^{−R·margin}`` falls below the float
+resolution of ``L`` already at ``R ≈ 20–40``, so every candidate has the same computed loss and a
+solver has nothing to compare. ``log(L − L*)`` has the same minimisers (a monotone transform) and
+stays well scaled at every ``R``, because attnlib computes the gap without subtracting ``L*``. Its
+gradient is taken in log space from the library's scaled gradient ``∇L = e^m g``:
+
+.. math::
+
+    ∇ \\log(L − L^*) = \\frac{∇L}{L − L^*} = e^{\\,m − \\log(L − L^*)}\\, g .
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from scipy.special import log_softmax, logsumexp
+
+from .losses import Loss, get_loss
+from .model import TokenSelectionProblem
+
+__all__ = [
+    "RegularizationPath",
+    "regularization_path",
+    "log_gap_grad",
+    "factor_grad",
+    "NonlinearHeadAttention",
+    "nonlinear_head",
+    "OBJECTIVES",
+    "PARAMETRIZATIONS",
+]
+
+#: ``"auto"`` picks, per radius, the plain loss while ``(L − L*)/L ≥ switch_gap`` at the warm start,
+#: and ``log(L − L*)`` afterwards.
+OBJECTIVES = ("auto", "loss", "log_gap")
+#: ``"direct"``: θ itself in the ball ``‖θ‖_F ≤ R``. ``"kq"``: ``W = K Qᵀ`` with ``‖K‖²_F + ‖Q‖²_F ≤ 2R``.
+PARAMETRIZATIONS = ("direct", "kq")
+
+
+@dataclass(frozen=True, eq=False)
+class RegularizationPath:
+    """The solutions ``θ̄(R)`` at every radius, with what it took to find them.
+
+    Attributes:
+        radii: (N,) the radii ``R`` (increasing).
+        theta: (N, *shape) the minimisers ``θ̄(R)`` (for ``"kq"``: the product ``K̄ Q̄ᵀ``).
+        objective: (N,) which objective the optimizer saw at each radius, ``"loss"`` or ``"log_gap"``.
+        loss: (N,) ``L(θ̄(R))``.
+        log_gap: (N,) ``log(L − L*)`` at ``θ̄(R)`` (accurate where the gap underflows).
+        norm: (N,) the constrained norm at the solution: ``‖θ̄‖_F`` (direct) or
+            ``(‖K̄‖²_F + ‖Q̄‖²_F)/2`` (kq); equal to ``R`` when the constraint is active.
+        start_objective: (N, S) final objective of each of the ``S = 2·n_starts + 1`` starts: first the
+            branches carried from the previous radius (best first), then fresh random points on the
+            sphere (all random at the first radius); ``inf`` where a start failed.
+        start_cosine: (N, S) cosine between each start's final ``θ`` and the best one.
+        iterations: (N,) iterations until every start stopped.
+        converged: (N,) the best start met the stopping test (not the iteration cap).
+        parametrization: ``"direct"`` or ``"kq"``.
+        factors: ``None``, or ``(K, Q)`` with shapes (N, d, m) and (N, d_z, m) for ``"kq"``.
+    """
+
+    radii: np.ndarray
+    theta: np.ndarray
+    objective: np.ndarray
+    loss: np.ndarray
+    log_gap: np.ndarray
+    norm: np.ndarray
+    start_objective: np.ndarray
+    start_cosine: np.ndarray
+    iterations: np.ndarray
+    converged: np.ndarray
+    parametrization: str
+    factors: tuple | None = None
+
+    @property
+    def direction(self) -> np.ndarray:
+        """``θ̄(R)/‖θ̄(R)‖_F``: (N, *shape)."""
+        flat = self.theta.reshape(len(self.radii), -1)
+        return (flat / np.linalg.norm(flat, axis=1, keepdims=True)).reshape(self.theta.shape)
+
+    @property
+    def objective_spread(self) -> np.ndarray:
+        """Max minus min of the final objective over the starts, per radius: (N,).
+
+        Zero when every start found the same minimum; large values flag local minima (the
+        landscape is non-convex) that multi-start has stepped over.
+        """
+        return np.max(self.start_objective, axis=1) - np.min(self.start_objective, axis=1)
+
+    @property
+    def n_agree(self) -> np.ndarray:
+        """Number of starts whose solution is parallel to the best one (cosine > 1 − 1e-6): (N,)."""
+        return np.sum(self.start_cosine > 1.0 - 1e-6, axis=1)
+
+
+# ---------------------------------------------------------------------- objectives and gradients
+
+
+def log_gap_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
+    """``log(L − L*)`` and its gradient ``∇L/(L − L*)``, both computed in log space.
+
+    With the scaled gradient ``∇L = e^m g`` of the library, ``∇ log(L − L*) = e^{m − log(L − L*)} g``:
+    no quantity below the float range is ever formed.
+
+    Args:
+        prob: a :class:`TokenSelectionProblem` or a :class:`NonlinearHeadAttention`.
+        theta: (*batch, *shape).
+
+    Returns ``(f (*batch,), grad (*batch, *shape))``: finite and of order one even where
+    ``L − L*`` and ``∇L`` underflow (``R·margin`` up to several hundred).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> f, g = al.log_gap_grad(prob, np.array([-100.0, 1000.0, 0.0]))
+    >>> bool(np.exp(f) == 0.0), bool(np.all(np.isfinite(g))), bool(np.linalg.norm(g) > 0.1)
+    (True, True, True)
+    """
+    if isinstance(prob, NonlinearHeadAttention):
+        state = prob._state(theta)
+        f = prob._log_gap_from(state)
+        m, g = prob._scaled_grad_from(state)
+    else:
+        _, batch = prob._flat(theta)
+        terms = prob._terms(theta)
+        f = prob._log_gap_from(terms)
+        m, g = prob._scaled_grad_from(terms, batch)
+    scale = np.exp(m - f).reshape(np.shape(f) + (1,) * len(prob.shape))
+    return f, scale * g
+
+
+def _loss_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(prob, NonlinearHeadAttention):
+        state = prob._state(theta)
+        f = np.mean(prob.loss.value(state[2]), axis=-1)
+        m, g = prob._scaled_grad_from(state)
+    else:
+        _, batch = prob._flat(theta)
+        terms = prob._terms(theta)
+        f = np.mean(prob.loss.value(terms.output), axis=-1)
+        m, g = prob._scaled_grad_from(terms, batch)
+    return f, np.exp(m).reshape(np.shape(f) + (1,) * len(prob.shape)) * g
+
+
+def factor_grad(grad_W, K, Q) -> tuple[np.ndarray, np.ndarray]:
+    """Chain rule through ``W = K Qᵀ``: ``∇_K = ∇_W Q`` and ``∇_Q = ∇_Wᵀ K``.
+
+    Args:
+        grad_W: (*batch, d, d_z).  K: (*batch, d, m).  Q: (*batch, d_z, m).
+
+    >>> import numpy as np
+    >>> gK, gQ = factor_grad(np.ones((2, 3)), np.ones((2, 1)), np.ones((3, 1)))
+    >>> gK.ravel().tolist(), gQ.ravel().tolist()
+    ([3.0, 3.0], [2.0, 2.0, 2.0])
+    """
+    grad_W, K, Q = (np.asarray(a, float) for a in (grad_W, K, Q))
+    return grad_W @ Q, np.swapaxes(grad_W, -1, -2) @ K
+
+
+# ---------------------------------------------------------------------- a nonlinear head (reconstructed)
+
+
+@dataclass(frozen=True, eq=False)
+class NonlinearHeadAttention:
+    """Prompt attention with a nonlinear head after pooling: ``f(X) = h(Xᵀ σ(K p))`` (RECONSTRUCTED).
+
+    .. math::
+
+        h(x) = u^⊤ \\mathrm{relu}(V x), \\qquad \\bar x_i(p) = \\sum_t σ_{it}(p)\\, x_{it}, \\qquad
+        L(p) = \\frac1n \\sum_i ℓ\\big(y_i\\, h(\\bar x_i(p))\\big).
+
+    [MMTS] extends its regularization-path theorem to nonlinear heads; the exact statement could
+    not be checked, so this is a reconstruction: the optimal token of sample ``i`` is the one with
+    the best single-token score ``γ_it = y_i h(x_it)``, and the path should turn towards
+    ``p_mm`` of these tokens (:attr:`token_problem` gives that SVM). The floor
+    ``L* = (1/n) Σ_i ℓ(γ_i,opt)`` is the infimum only when no *mixture* of tokens beats the best
+    single one; with ``y_i = +1`` and ``u ≥ 0`` the head is convex, which guarantees it
+    (``h(x̄) ≤ Σ_t σ_t h(x_t) ≤ h(x_opt)``). The constructor checks that condition.
+
+    Attributes: ``X`` (n, T, d) tokens (the head's inputs), ``keys`` (n, T, k) logit features
+    (``K_i = X_i Wᵀ``), ``y`` (n,), ``V`` (h, d), ``u`` (h,), ``loss``. Parameter ``p``: (*batch, k).
+    """
+
+    X: np.ndarray
+    keys: np.ndarray
+    y: np.ndarray
+    V: np.ndarray
+    u: np.ndarray
+    loss: Loss
+
+    def __post_init__(self):
+        X = np.asarray(self.X, float)
+        keys = np.asarray(self.keys, float)
+        if X.ndim != 3 or keys.ndim != 3 or keys.shape[:2] != X.shape[:2]:
+            raise ValueError(f"X must be (n, T, d) and keys (n, T, k) with the same n, T; got {X.shape}, {keys.shape}")
+        V = np.asarray(self.V, float)
+        u = np.asarray(self.u, float)
+        if V.ndim != 2 or V.shape[1] != X.shape[2] or u.shape != (V.shape[0],):
+            raise ValueError(f"V must be (h, {X.shape[2]}) and u (h,), got {V.shape} and {u.shape}")
+        y = np.asarray(self.y, float)
+        if y.shape != (X.shape[0],) or not np.all(y == 1.0) or np.any(u < 0):
+            raise ValueError(
+                "this reconstruction needs labels y = +1 and a head u >= 0 (a convex head, so that no "
+                "mixture of tokens beats the best single token and L* is the infimum)"
+            )
+        for name, val in (("X", X), ("keys", keys), ("y", y), ("V", V), ("u", u)):
+            object.__setattr__(self, name, val)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+        gamma = self.head(X) * y[:, None]
+        top2 = np.sort(gamma, axis=1)[:, -2:]
+        if np.any(top2[:, 1] == top2[:, 0]):
+            raise ValueError("the best single token must be unique in every sample")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.keys.shape[2],)
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    def head(self, x) -> np.ndarray:
+        """``h(x) = uᵀ relu(V x)`` over the last axis of ``x``."""
+        return np.maximum(np.asarray(x, float) @ self.V.T, 0.0) @ self.u
+
+    @cached_property
+    def gamma(self) -> np.ndarray:
+        """Single-token scores ``γ_it = y_i h(x_it)``: (n, T)."""
+        return self.y[:, None] * self.head(self.X)
+
+    @cached_property
+    def opt(self) -> np.ndarray:
+        """The induced optimal tokens ``argmax_t y_i h(x_it)``: (n,)."""
+        return np.argmax(self.gamma, axis=1)
+
+    @cached_property
+    def token_problem(self) -> TokenSelectionProblem:
+        """Same keys and single-token scores as a fixed-score problem: its ``max_margin`` is ``p_mm(opt)``."""
+        return TokenSelectionProblem(self.keys, self.gamma, self.loss)
+
+    @cached_property
+    def loss_floor(self) -> float:
+        return float(np.mean(self.loss.value(self.gamma[np.arange(self.n), self.opt])))
+
+    def _check(self, p) -> tuple[np.ndarray, tuple[int, ...]]:
+        p = np.asarray(p, float)
+        if p.ndim < 1 or p.shape[-1] != self.shape[0]:
+            raise ValueError(f"p must have shape (*batch, {self.shape[0]}), got {p.shape}")
+        return p, p.shape[:-1]
+
+    def _state(self, p):
+        p, batch = self._check(p)
+        log_sigma = log_softmax(np.einsum("...k,itk->...it", p, self.keys), axis=-1)
+        idx = np.arange(self.n)
+        x_opt = self.X[idx, self.opt]  # (n, d)
+        # δ_i = x̄_i − x_opt = Σ_{t≠opt} σ_it (x_it − x_opt), carried as exp(M_i) · δ_scaled
+        others = np.where(np.arange(self.X.shape[1]) == self.opt[:, None], -np.inf, log_sigma)
+        M = np.max(others, axis=-1)  # (*batch, n)
+        w = np.exp(others - M[..., None])
+        dx = self.X - x_opt[:, None, :]
+        delta_s = np.einsum("...it,itd->...id", w, dx)
+        a = x_opt @ self.V.T  # (n, h) pre-activations at the optimal token
+        b_s = delta_s @ self.V.T  # (*batch, n, h)
+        scale = np.exp(M)[..., None]
+        # Δ_i = y_i (h(x_opt) − h(x̄_i)) ≥ 0. Where the move cannot flip a unit (saturated), the
+        # ReLU is linear and Δ = −e^M y uᵀ(D b_s), exact at any scale; else evaluate directly.
+        linear = np.all(scale * np.abs(b_s) < 1e-3 * np.abs(a), axis=-1)  # (*batch, n)
+        lin = -(self.y[:, None] * ((a > 0) * b_s)) @ self.u
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_lin = M + np.log(lin)
+            x_bar = x_opt + scale * delta_s
+            direct = self.y * (self.head(x_opt) - self.head(x_bar))
+            log_delta = np.where(linear, log_lin, np.log(direct))
+        out = self.gamma[idx, self.opt] - np.exp(log_delta)
+        return log_sigma, log_delta, out, batch
+
+    def value(self, p) -> np.ndarray:
+        """``L(p)``: (*batch,)."""
+        return np.mean(self.loss.value(self._state(p)[2]), axis=-1)
+
+    def log_gap(self, p) -> np.ndarray:
+        """``log(L − L*)``, accurate where the gap underflows: (*batch,)."""
+        return self._log_gap_from(self._state(p))
+
+    def _log_gap_from(self, state) -> np.ndarray:
+        _, log_delta, _, _ = state
+        g_opt = self.gamma[np.arange(self.n), self.opt]
+        return logsumexp(self.loss.log_excess(g_opt, log_delta), axis=-1) - np.log(self.n)
+
+    def scaled_grad(self, p) -> tuple[np.ndarray, np.ndarray]:
+        """``∇L = exp(m) g``: ``(m (*batch,), g (*batch, k))``.
+
+        ``∇L = (1/n) Σ_i ℓ'(u_i) y_i Σ_t σ_it ⟨∇h(x̄_i), x_it − x̄_i⟩ k_it``, with
+        ``x_it − x̄_i`` measured from the most-attended token (no cancellation at saturation).
+        """
+        return self._scaled_grad_from(self._state(p))
+
+    def _scaled_grad_from(self, state) -> tuple[np.ndarray, np.ndarray]:
+        log_sigma, _, out, batch = state
+        ref = np.argmax(log_sigma, axis=-1)  # (*batch, n)
+        x_ref = np.take_along_axis(np.broadcast_to(self.X, batch + self.X.shape), ref[..., None, None], axis=-2)
+        dx = self.X - x_ref  # (*batch, n, T, d)
+        sig = np.exp(log_sigma)
+        x_bar_minus_ref = np.einsum("...it,...itd->...id", sig, dx)
+        x_bar = x_ref[..., 0, :] + x_bar_minus_ref
+        grad_h = ((x_bar @ self.V.T) > 0) * self.u @ self.V  # ∇h(x̄): (*batch, n, d)
+        c = (
+            np.einsum("...id,...itd->...it", grad_h, dx)
+            - np.einsum("...id,...id->...i", grad_h, x_bar_minus_ref)[..., None]
+        )
+        is_ref = np.arange(self.X.shape[1]) == ref[..., None]
+        with np.errstate(divide="ignore"):
+            log_abs = np.log(-self.loss.derivative(out))[..., None] + log_sigma + np.log(np.abs(c)) - np.log(self.n)
+        log_abs = np.where(is_ref, -np.inf, log_abs)
+        m = np.max(log_abs, axis=(-2, -1))
+        finite_m = np.where(np.isfinite(m), m, 0.0)
+        w = (self.y[:, None] * np.sign(c)) * np.exp(log_abs - finite_m[..., None, None])
+        k_ref = np.take_along_axis(np.broadcast_to(self.keys, batch + self.keys.shape), ref[..., None, None], axis=-2)
+        g = -np.einsum("...it,...itk->...k", w, self.keys - k_ref)
+        return m, g
+
+    def grad(self, p) -> np.ndarray:
+        """``∇L(p)``: (*batch, k)."""
+        m, g = self.scaled_grad(p)
+        return np.exp(m)[..., None] * g
+
+
+def nonlinear_head(X, V, u, W=None, y=None, loss: str | Loss = "logistic") -> NonlinearHeadAttention:
+    """[MMTS] nonlinear-head model ``f(X) = uᵀ relu(V Xᵀ softmax(X Wᵀ p))`` (RECONSTRUCTED).
+
+    Args:
+        X: (n, T, d) tokens.  V: (h, d), u: (h,) with ``u ≥ 0``: the head ``h(x) = uᵀ relu(Vx)``.
+        W: (k, d) key matrix (identity if None).  y: labels, all +1 (default).
+
+    >>> import numpy as np, attnlib as al
+    >>> rng = np.random.default_rng(0)
+    >>> model = al.nonlinear_head(rng.normal(size=(3, 3, 6)), rng.normal(size=(8, 6)), rng.uniform(size=8))
+    >>> model.shape, model.opt.shape
+    ((6,), (3,))
+    """
+    X = np.asarray(X, float)
+    if X.ndim != 3:
+        raise ValueError(f"X must be (n, T, d), got shape {X.shape}")
+    keys = X if W is None else X @ np.asarray(W, float).T
+    y = np.ones(X.shape[0]) if y is None else y
+    return NonlinearHeadAttention(X, keys, y, V, u, loss)
+
+
+# ---------------------------------------------------------------------- the batched ball solver
+
+
+def _project(x: np.ndarray, rho: float) -> np.ndarray:
+    nrm = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.where(nrm > rho, x * (rho / np.where(nrm > 0, nrm, 1.0)), x)
+
+
+def _ball_descent(fg: Callable, x0: np.ndarray, rho: float, max_iter: int, tol: float):
+    """Minimise ``f`` over ``‖x‖ ≤ rho`` from every row of ``x0`` (B, D) at once.
+
+    Projected gradient with Barzilai–Borwein steps and Armijo backtracking along the projection
+    arc. A row stops when its move is below ``tol·rho``, when on the sphere its gradient is
+    parallel to ``−x`` up to ``tol`` (scale-free, so it means the same for the loss and the
+    log-gap), or when the step has shrunk below float resolution.
+    Returns ``(x, f, iterations, converged)``.
+    """
+    x = _project(np.array(x0, float), rho)
+    f, g = fg(x)
+    gn = np.linalg.norm(g, axis=1)
+    alpha = 0.05 * rho / np.where(gn > 0, gn, 1.0)
+    done = ~np.isfinite(f) | (gn == 0)
+    converged = gn == 0
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 (the count is returned)
+        act = np.flatnonzero(~done)
+        if act.size == 0:
+            it -= 1
+            break
+        xa, fa, ga = x[act], f[act], g[act]
+        x_new = _project(xa - alpha[act, None] * ga, rho)
+        s = x_new - xa
+        f_new, g_new = fg(x_new)
+        ok = np.isfinite(f_new) & (f_new <= fa + 1e-4 * np.sum(ga * s, axis=1))
+        # rejected rows: shrink the step; give up when it no longer moves x in floating point
+        rej = act[~ok]
+        alpha[rej] *= 0.25
+        stuck = ~ok & (alpha[act] * np.linalg.norm(ga, axis=1) <= 1e-15 * rho)
+        done[act[stuck]] = True
+        # accepted rows: move, Barzilai–Borwein step for the next iteration
+        acc = act[ok]
+        if acc.size:
+            s_ok, y_ok = s[ok], g_new[ok] - ga[ok]
+            sy, ss = np.sum(s_ok * y_ok, axis=1), np.sum(s_ok * s_ok, axis=1)
+            alpha[acc] = np.where(sy > 0, ss / np.where(sy > 0, sy, 1.0), 4.0 * alpha[acc])
+            alpha[acc] = np.minimum(alpha[acc], 1e3 * rho / np.maximum(np.linalg.norm(g_new[ok], axis=1), 1e-300))
+            x[acc], f[acc], g[acc] = x_new[ok], f_new[ok], g_new[ok]
+            xn = np.linalg.norm(x[acc], axis=1)
+            gn = np.linalg.norm(g[acc], axis=1)
+            radial = np.sum(g[acc] * x[acc], axis=1) / np.maximum(xn, 1e-300)
+            tangent = np.sqrt(np.maximum(gn**2 - radial**2, 0.0))
+            on_sphere = (xn >= rho * (1 - 1e-12)) & (radial < 0)
+            small_move = np.sqrt(ss) <= tol * rho
+            stationary = (on_sphere & (tangent <= tol * gn)) | (gn == 0)
+            finished = small_move | stationary
+            done[acc[finished]] = True
+            converged[acc[finished]] = True
+    return x, f, it, converged
+
+
+# ---------------------------------------------------------------------- the path
+
+
+def _check_radii(radii) -> np.ndarray:
+    r = np.asarray(radii, dtype=float)
+    if r.ndim != 1 or r.size == 0:
+        raise ValueError(f"radii must be a non-empty 1-D sequence of radii, got shape {r.shape}")
+    if not np.all(np.isfinite(r)) or np.any(r <= 0):
+        raise ValueError(f"radii must be positive and finite, got {r.tolist()}")
+    if np.any(np.diff(r) <= 0):
+        raise ValueError(f"radii must be strictly increasing (each radius warm-starts the next), got {r.tolist()}")
+    return r
+
+
+def regularization_path(
+    prob: TokenSelectionProblem,
+    radii,
+    n_starts: int = 8,
+    seed=0,
+    parametrization: str = "direct",
+    width: int | None = None,
+    objective: str = "auto",
+    switch_gap: float = 1e-4,
+    max_iter: int = 3000,
+    tol: float = 1e-8,
+) -> RegularizationPath:
+    """Regularization path ``θ̄(R) = argmin_{‖θ‖ ≤ R} L(θ)`` over ``radii`` ([MMTS], [TFSVM]).
+
+    .. math::
+
+        \\bar θ(R) = \\arg\\min_{‖θ‖_F ≤ R} L(θ) \\;\\text{(direct)}, \\qquad
+        \\bar W(R) = \\bar K \\bar Q^⊤,\\; (\\bar K, \\bar Q) = \\arg\\min_{‖K‖_F^2 + ‖Q‖_F^2 ≤ 2R} L(K Q^⊤)
+        \\;\\text{(kq)}.
+
+    [MMTS] (regularization-path theorem, paraphrase): ``θ̄(R)/R → θ_mm*/‖θ_mm*‖`` for the prompt,
+    without any condition on the non-optimal scores; [TFSVM]: the same for ``W`` with the
+    Frobenius W-SVM, and ``K̄Q̄ᵀ/R → W*_mm/‖W*_mm‖_*`` (nuclear-norm SVM) for ``(K, Q)``.
+
+    Each radius is solved as one batch from ``n_starts`` fresh random points on the sphere plus the
+    ``n_starts + 1`` best distinct solutions of the previous radius, scaled ("branches": the
+    landscape has local minima near locally-optimal selections, and the global one can overtake a
+    branch that was best at a smaller radius). The start with the lowest objective wins.
+
+    Args:
+        prob: a :class:`TokenSelectionProblem` (features ``A`` (n, T, *shape)), or a
+            :class:`NonlinearHeadAttention` (direct parametrization only).
+        radii: (N,) positive, strictly increasing radii ``R``.
+        n_starts: fresh random starts per radius (``>= 0``; ``2·n_starts + 1`` random starts at the
+            first radius).
+        seed: an int or a ``numpy.random.Generator`` for the random starts.
+        parametrization: ``"direct"`` or ``"kq"`` (matrix parameters only; ``W = K Qᵀ``).
+        width: inner dimension ``m`` of ``K`` (d, m) and ``Q`` (d_z, m); default ``min(d, d_z)``.
+        objective: ``"auto"``, ``"loss"`` (the plain ``L``) or ``"log_gap"`` (``log(L − L*)``).
+            Both have the same minimisers; ``"auto"`` uses ``L`` while the relative gap
+            ``(L − L*)/L`` at the warm start is at least ``switch_gap``, then ``log(L − L*)``.
+        max_iter: iteration cap per radius.  tol: stopping tolerance (relative move, and tangential
+            part of the gradient relative to its norm).
+
+    Returns:
+        :class:`RegularizationPath` with ``theta`` (N, *shape).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> path = al.regularization_path(prob, [1.0, 10.0, 100.0], n_starts=4)
+    >>> bool(np.allclose(path.norm, path.radii)), path.objective.tolist()
+    (True, ['loss', 'log_gap', 'log_gap'])
+    >>> err = al.one_minus_cosine(path.theta, al.max_margin(prob).theta)
+    >>> bool(np.all(np.diff(err) < 0) and err[-1] < 1e-4)
+    True
+    """
+    if not isinstance(prob, (TokenSelectionProblem, NonlinearHeadAttention)):
+        raise ValueError(f"prob must be a TokenSelectionProblem or NonlinearHeadAttention, got {type(prob).__name__}")
+    r = _check_radii(radii)
+    if isinstance(n_starts, bool) or not isinstance(n_starts, (int, np.integer)) or n_starts < 0:
+        raise ValueError(f"n_starts must be a non-negative integer, got {n_starts!r}")
+    if parametrization not in PARAMETRIZATIONS:
+        raise ValueError(f"parametrization must be one of {list(PARAMETRIZATIONS)}, got {parametrization!r}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+    if not (np.isfinite(switch_gap) and 0 < switch_gap < 1):
+        raise ValueError(f"switch_gap must be in (0, 1), got {switch_gap!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (np.isfinite(tol) and 0 < tol < 1):
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    rng = np.random.default_rng(seed)
+    shape = prob.shape
+
+    if parametrization == "kq":
+        if len(shape) != 2:
+            raise ValueError(f"parametrization='kq' needs a matrix parameter W, got parameter shape {shape}")
+        d, dz = shape
+        m = min(d, dz) if width is None else width
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+            raise ValueError(f"width must be a positive integer, got {width!r}")
+        nK = d * m
+
+        def unpack(x):
+            return x[:, :nK].reshape(-1, d, m), x[:, nK:].reshape(-1, dz, m)
+
+        def to_theta(x):
+            K, Q = unpack(x)
+            return K @ np.swapaxes(Q, 1, 2)
+
+        def chain(x, gW):
+            K, Q = unpack(x)
+            gK, gQ = factor_grad(gW, K, Q)
+            return np.concatenate([gK.reshape(len(x), -1), gQ.reshape(len(x), -1)], axis=1)
+
+        dim = (d + dz) * m
+
+        def radius(R):
+            return np.sqrt(2.0 * R)
+
+        def constrained_norm(x):
+            return 0.5 * np.sum(x**2, axis=1)
+    else:
+        if width is not None:
+            raise ValueError("width is only used with parametrization='kq'")
+
+        def to_theta(x):
+            return x.reshape((-1,) + shape)
+
+        def chain(x, gW):
+            return gW.reshape(len(x), -1)
+
+        dim = int(np.prod(shape))
+
+        def radius(R):
+            return R
+
+        def constrained_norm(x):
+            return np.linalg.norm(x, axis=1)
+
+    def make_fg(kind):
+        inner = _loss_grad if kind == "loss" else log_gap_grad
+
+        def fg(x):
+            f, gW = inner(prob, to_theta(x))
+            return f, chain(x, gW)
+
+        return fg
+
+    N = len(r)
+    keep = n_starts + 1  # branches carried from one radius to the next
+    S = 2 * n_starts + 1  # starts per radius: the branches plus n_starts fresh random points
+    xs = np.empty((N, dim))
+    kinds = np.empty(N, dtype=object)
+    start_obj = np.empty((N, S))
+    start_cos = np.empty((N, S))
+    iters = np.empty(N, dtype=int)
+    conv = np.empty(N, dtype=bool)
+    branches = None
+    for j, R in enumerate(r):
+        rho = radius(R)
+        starts = rng.standard_normal((S, dim))
+        starts *= rho / np.linalg.norm(starts, axis=1, keepdims=True)
+        if branches is not None:
+            nb = len(branches)
+            starts[:nb] = branches * (rho / np.maximum(np.linalg.norm(branches, axis=1, keepdims=True), 1e-300))
+        kind = objective
+        if kind == "auto":
+            th0 = to_theta(starts[:1])
+            value = float(prob.value(th0)[0])
+            rel = np.exp(float(prob.log_gap(th0)[0])) / value if value > 0 else 0.0
+            kind = "loss" if rel >= switch_gap else "log_gap"
+        x, f, it, ok = _ball_descent(make_fg(kind), starts, rho, max_iter, tol)
+        f = np.where(np.isfinite(f), f, np.inf)
+        order = np.argsort(f, kind="stable")
+        best = int(order[0])
+        th = to_theta(x).reshape(S, -1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            unit = th / np.linalg.norm(th, axis=1, keepdims=True)
+        start_cos[j] = unit @ unit[best]
+        xs[j], kinds[j], start_obj[j], iters[j], conv[j] = x[best], kind, f, it, ok[best]
+        # carry the best distinct solutions forward: a branch that is second best now may win later
+        picked: list[int] = []
+        for b in order:
+            if np.isfinite(f[b]) and all(unit[b] @ unit[c] < 1 - 1e-9 for c in picked):
+                picked.append(int(b))
+            if len(picked) == keep:
+                break
+        branches = x[picked]
+
+    theta = to_theta(xs)
+    factors = None
+    if parametrization == "kq":
+        K, Q = unpack(xs)
+        factors = (K, Q)
+    return RegularizationPath(
+        radii=r,
+        theta=theta,
+        objective=kinds.astype(str),
+        loss=prob.value(theta),
+        log_gap=prob.log_gap(theta),
+        norm=constrained_norm(xs),
+        start_objective=start_obj,
+        start_cosine=start_cos,
+        iterations=iters,
+        converged=conv,
+        parametrization=parametrization,
+        factors=factors,
+    )

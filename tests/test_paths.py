@@ -1,0 +1,198 @@
+"""Regularization path (attnlib.paths): direction, sphere, log-gap objective, gradients, inputs."""
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+import attnlib as al
+
+
+def unequal_multi_input(seed=0):
+    """The [MMTS] multi-input data with unequal non-optimal scores (chapter 1's theorem does not apply)."""
+    scores = np.random.default_rng(100 + seed).uniform(0.0, 0.9, size=(3, 6))
+    return al.datasets.multi_input(seed, nonopt_scores=scores)
+
+
+def central_fd(f, x, h):
+    """Central finite differences of a scalar function over every entry of ``x``."""
+    g = np.zeros_like(x)
+    for k in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[k] = h
+        g[k] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+@pytest.fixture(scope="module")
+def multi():
+    prob = unequal_multi_input(0)
+    radii = np.array([1.0, 3.0, 10.0, 30.0, 100.0])
+    return prob, al.max_margin(prob), al.regularization_path(prob, radii, n_starts=3, seed=0)
+
+
+def test_direction_approaches_svm_with_unequal_scores(multi):
+    prob, sol, path = multi
+    assert sol.status == "optimal"
+    assert len(set(np.round(prob.gamma[:, 1:].ravel(), 12))) > 1  # non-optimal scores differ
+    err = al.one_minus_cosine(path.theta, sol.theta)
+    assert np.all(np.diff(err) < 0), err
+    assert err[-1] < 1e-3
+    assert path.converged.all()
+    assert path.objective[0] == "loss" and path.objective[-1] == "log_gap"
+
+
+def test_solution_lies_on_the_sphere(multi):
+    _, _, path = multi
+    np.testing.assert_allclose(path.norm, path.radii, rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(path.theta, axis=1), path.radii, rtol=1e-12)
+    assert path.theta.shape == (5, 3)
+    assert path.start_objective.shape == path.start_cosine.shape == (5, 7)
+
+
+def test_plain_loss_solve_is_unreliable_at_large_radius(multi):
+    """At R = 60, L − L* is below the float resolution of L: a standard solver handed L and ∇L stops
+    at its start, and the computed gap of *every* candidate is exactly 0, so L cannot rank them."""
+    prob, sol, _ = multi
+    R = 60.0
+    rng = np.random.default_rng(1)
+    cons = {"type": "eq", "fun": lambda p: p @ p - R * R, "jac": lambda p: 2 * p}
+    errs = []
+    for _ in range(4):
+        p0 = rng.standard_normal(3)
+        p0 *= R / np.linalg.norm(p0)
+        res = minimize(lambda p: float(prob.value(p)), p0, jac=prob.grad, constraints=[cons], method="SLSQP")
+        errs.append(al.one_minus_cosine(res.x, sol.theta))
+    assert max(errs) > 0.1  # some starts end far from the SVM direction, declared "successful"
+    ours = al.regularization_path(prob, [R], n_starts=6, seed=0)
+    assert al.one_minus_cosine(ours.theta, sol.theta)[0] < 1e-3
+    # the plain loss cannot tell the good solution from a bad one: the computed gaps both vanish
+    assert prob.value(ours.theta)[0] - prob.loss_floor == 0.0
+    assert np.exp(ours.log_gap[0]) < np.finfo(float).eps * prob.loss_floor  # gap below L's resolution
+    # with the plain loss as objective, starts that stopped in different directions tie exactly,
+    # while with log(L − L*) the same starts all reach one direction
+    plain = al.regularization_path(prob, [R], n_starts=6, seed=0, objective="loss")
+    tied = plain.start_objective[0] == plain.start_objective[0].min()
+    assert tied.sum() >= 2 and plain.start_cosine[0, tied].min() < 0.999
+    assert ours.start_cosine[0, tied].min() > 1 - 1e-9
+
+
+@pytest.mark.parametrize("scale", [0.5, 5.0, 80.0])
+def test_log_gap_gradient_matches_finite_differences(scale):
+    prob = unequal_multi_input(1)
+    rng = np.random.default_rng(3)
+    p = scale * (al.max_margin(prob).direction + 0.3 * rng.standard_normal(3))
+    f, g = al.log_gap_grad(prob, p)
+    fd = central_fd(lambda q: float(al.log_gap_grad(prob, q)[0]), p, 1e-6)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+    assert f == pytest.approx(float(prob.log_gap(p)))
+
+
+def test_log_gap_gradient_for_matrix_parameter_and_batch():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=2)
+    rng = np.random.default_rng(4)
+    W = 2.0 * rng.standard_normal((3, 4, 4))
+    f, g = al.log_gap_grad(prob, W)
+    assert f.shape == (3,) and g.shape == (3, 4, 4)
+    fd = central_fd(lambda w: float(al.log_gap_grad(prob, w)[0]), W[1], 1e-6)
+    np.testing.assert_allclose(g[1], fd, rtol=1e-5, atol=1e-7)
+
+
+def test_factor_gradients_match_finite_differences():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=5)
+    rng = np.random.default_rng(6)
+    K, Q = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    gK, gQ = al.factor_grad(prob.grad(K @ Q.T), K, Q)
+    fdK = central_fd(lambda k: float(prob.value(k @ Q.T)), K, 1e-6)
+    fdQ = central_fd(lambda q: float(prob.value(K @ q.T)), Q, 1e-6)
+    np.testing.assert_allclose(gK, fdK, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(gQ, fdQ, rtol=1e-6, atol=1e-9)
+    # and of the log-gap objective, as the (K, Q) path uses it
+    _, gW = al.log_gap_grad(prob, K @ Q.T)
+    gK, _ = al.factor_grad(gW, K, Q)
+    fdK = central_fd(lambda k: float(prob.log_gap(k @ Q.T)), K, 1e-6)
+    np.testing.assert_allclose(gK, fdK, rtol=1e-5, atol=1e-8)
+
+
+def nonlinear_model():
+    rng = np.random.default_rng(0)
+    return al.nonlinear_head(rng.normal(size=(3, 3, 6)), rng.normal(size=(8, 6)), rng.uniform(size=8))
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 300.0])
+def test_nonlinear_head_gradients_match_finite_differences(scale):
+    model = nonlinear_model()
+    rng = np.random.default_rng(7)
+    sol = al.max_margin(model.token_problem)
+    p = scale * sol.direction + 0.3 * rng.standard_normal(6)
+    if scale < 100:  # the plain loss is resolvable only at moderate norms
+        fd = central_fd(lambda q: float(model.value(q)), p, 1e-6)
+        np.testing.assert_allclose(model.grad(p), fd, rtol=1e-5, atol=1e-9)
+        assert np.exp(model.log_gap(p)) == pytest.approx(float(model.value(p)) - model.loss_floor, rel=1e-8)
+    _, g = al.log_gap_grad(model, p)
+    fd = central_fd(lambda q: float(model.log_gap(q)), p, 1e-6)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_nonlinear_head_path_turns_to_induced_svm():
+    model = nonlinear_model()
+    sol = al.max_margin(model.token_problem)
+    path = al.regularization_path(model, [1.0, 10.0, 100.0], n_starts=4, seed=0)
+    err = al.one_minus_cosine(path.theta, sol.theta)
+    assert np.all(np.diff(err) < 0) and err[-1] < 1e-3
+    np.testing.assert_allclose(path.norm, path.radii, rtol=1e-12)
+
+
+def test_kq_path_goes_to_nuclear_svm_and_w_path_to_frobenius():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=1)
+    fro, nuc = al.max_margin(prob), al.max_margin(prob, norm="nuc")
+    radii = [1.0, 10.0, 60.0]
+    w = al.regularization_path(prob, radii, n_starts=2, seed=0)
+    kq = al.regularization_path(prob, radii, n_starts=2, seed=0, parametrization="kq", tol=1e-7)
+    np.testing.assert_allclose(kq.norm, radii, rtol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(kq.theta, "nuc", axis=(1, 2)), radii, rtol=1e-6)
+    K, Q = kq.factors
+    np.testing.assert_allclose(K @ np.swapaxes(Q, 1, 2), kq.theta)
+    assert al.one_minus_cosine(w.theta[-1], fro.theta) < al.one_minus_cosine(w.theta[-1], nuc.theta)
+    assert al.one_minus_cosine(kq.theta[-1], nuc.theta) < al.one_minus_cosine(kq.theta[-1], fro.theta)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(radii=[-1.0, 2.0]), "radii"),
+        (dict(radii=[0.0]), "radii"),
+        (dict(radii=[3.0, 2.0]), "radii"),
+        (dict(radii=[[1.0, 2.0]]), "radii"),
+        (dict(radii=[]), "radii"),
+        (dict(radii=[1.0, np.inf]), "radii"),
+        (dict(radii=[1.0], n_starts=-1), "n_starts"),
+        (dict(radii=[1.0], n_starts=2.5), "n_starts"),
+        (dict(radii=[1.0], parametrization="kq"), "parametrization='kq'"),
+        (dict(radii=[1.0], parametrization="qk"), "parametrization"),
+        (dict(radii=[1.0], objective="gap"), "objective"),
+        (dict(radii=[1.0], width=2), "width"),
+        (dict(radii=[1.0], max_iter=0), "max_iter"),
+        (dict(radii=[1.0], tol=0.0), "tol"),
+        (dict(radii=[1.0], switch_gap=2.0), "switch_gap"),
+    ],
+)
+def test_bad_inputs_raise_naming_the_parameter(kwargs, name):
+    prob = al.datasets.single_input()
+    with pytest.raises(ValueError, match=name):
+        al.regularization_path(prob, **kwargs)
+
+
+def test_bad_problem_and_shapes_raise():
+    with pytest.raises(ValueError, match="prob"):
+        al.regularization_path(np.zeros((2, 3)), [1.0])
+    prob = al.datasets.random_tokens(3, 4, 4, seed=0)
+    with pytest.raises(ValueError, match="width"):
+        al.regularization_path(prob, [1.0], parametrization="kq", width=0)
+    with pytest.raises(ValueError, match="theta"):
+        al.log_gap_grad(prob, np.zeros(4))
+    with pytest.raises(ValueError, match="V must"):
+        al.nonlinear_head(np.zeros((2, 3, 4)), np.ones((5, 3)), np.ones(5))
+    with pytest.raises(ValueError, match="u >= 0"):
+        al.nonlinear_head(np.ones((2, 3, 4)), np.ones((5, 4)), -np.ones(5))
+    with pytest.raises(ValueError, match="p must"):
+        nonlinear_model().grad(np.zeros(5))
