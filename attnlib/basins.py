@@ -21,10 +21,6 @@ GD's direction converges like ``1/log t``: within any affordable horizon it does
 ``readout_steps`` continues every trajectory with NGD (``readout_lr``) after the ``steps`` of
 ``method``; NGD follows the same gradient-flow paths at unit speed, so the read-out tells where
 the first ``steps`` of GD have sent each initialisation.
-
-:func:`train_each` trains S problems of the same shape, one trajectory each, in one batch
-(``al.train`` batches initialisations of *one* problem; its NGD normalises the whole parameter,
-so stacking problems block-diagonally would couple their step sizes).
 """
 
 from __future__ import annotations
@@ -32,14 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import log_softmax, logsumexp
 
 from .metrics import cosine
-from .model import TokenSelectionProblem, _deficit_terms, _scaled_weights
-from .optim import Stop, Trajectory, _check_method, _check_schedule, _record_steps, train
+from .model import TokenSelectionProblem
+from .optim import _check_method, _check_schedule, train
 from .svm import SelectionReport, locally_optimal_selections
 
-__all__ = ["BasinMap", "basin_map", "classify_motion", "train_each"]
+__all__ = ["BasinMap", "basin_map", "classify_motion"]
 
 #: Default attribution tolerance on ``1 − cos(Δθ, θ_mm(α))`` (see the module docstring).
 MOTION_TOL = 1e-3
@@ -195,89 +190,4 @@ def basin_map(
         readout_steps=int(readout_steps),
         extend_steps=int(extend_steps),
         tol=float(tol),
-    )
-
-
-def train_each(problems, theta0, steps: int, method: str = "ngd", lr: float = 0.1, record_every: int = 1):
-    """GD or NGD on S problems of the same shape, one trajectory per problem, as one batch.
-
-    Each problem gets its own NGD normalisation (``θ_s ← θ_s − η g_s/‖g_s‖``), exactly as if it
-    were trained alone with :func:`attnlib.train`; the gradient is the library's
-    cancellation-free one (THEORY §1).
-
-    Args:
-        problems: S :class:`TokenSelectionProblem` with equal ``n``, ``T``, shape and loss.
-        theta0: (S, *shape) or (*shape) (the same start for every problem).
-        steps, method ("gd" or "ngd"), lr, record_every: as in :func:`attnlib.train`.
-
-    Returns a :class:`~attnlib.optim.Trajectory` whose batch axis is the problem index.
-
-    >>> import numpy as np, attnlib as al
-    >>> probs = [al.datasets.random_tokens(2, 3, 4, seed=s) for s in range(3)]
-    >>> traj = al.train_each(probs, np.zeros((4, 4)), steps=20)
-    >>> traj.theta.shape
-    (21, 3, 4, 4)
-    """
-    problems = list(problems)
-    if not problems:
-        raise ValueError("problems must hold at least one problem")
-    if method not in ("gd", "ngd"):
-        raise ValueError(f"method must be 'gd' or 'ngd', got {method!r}")
-    _check_schedule(steps, lr, record_every)
-    p0 = problems[0]
-    for p in problems[1:]:
-        if (p.n, p.T, p.shape) != (p0.n, p0.T, p0.shape) or p.loss.name != p0.loss.name:
-            raise ValueError("all problems must share n, T, the parameter shape and the loss")
-    S, n, T, size = len(problems), p0.n, p0.T, p0.size
-    A = np.stack([p.A.reshape(n * T, size) for p in problems])  # (S, n·T, size)
-    F = np.stack([p._features_from_opt for p in problems])  # (S, n·T, size)
-    gamma = np.stack([p.gamma for p in problems])
-    score_gap = np.stack([p.score_gap for p in problems])
-    gamma_opt = np.stack([p.gamma_opt for p in problems])
-    theta = np.array(theta0, dtype=float)
-    if theta.shape == p0.shape:
-        theta = np.broadcast_to(theta, (S,) + p0.shape)
-    if theta.shape != (S,) + p0.shape:
-        raise ValueError(
-            f"theta0 must have shape {p0.shape} or ({S}, {', '.join(map(str, p0.shape))}), got {theta.shape}"
-        )
-    flat = theta.reshape(S, size).copy()
-    record = _record_steps(steps, record_every)
-    R = len(record)
-    out_theta, out_loss = np.empty((R, S, size)), np.empty((R, S))
-    out_gap, out_gn = np.empty((R, S)), np.empty((R, S))
-    stop_step = np.full(S, -1)
-    active = np.ones(S, bool)
-    r = 0
-    for k in range(steps + 1):
-        log_sigma = log_softmax((A @ flat[:, :, None]).reshape(S, n, T), axis=-1)
-        terms = _deficit_terms(log_sigma, score_gap, gamma_opt)
-        m, w = _scaled_weights(log_sigma, gamma, terms.output, p0.loss)
-        g = (w.reshape(S, 1, n * T) @ F)[:, 0]
-        g_norm = np.linalg.norm(g, axis=-1)
-        if k == record[r]:
-            out_theta[r] = flat
-            out_loss[r] = np.mean(p0.loss.value(terms.output), axis=-1)
-            out_gap[r] = logsumexp(p0.loss.log_excess(gamma_opt, terms.log_delta), axis=-1) - np.log(n)
-            with np.errstate(divide="ignore"):
-                out_gn[r] = m + np.log(g_norm)
-            r += 1
-        if k == steps:
-            break
-        dead = active & ~(np.isfinite(g_norm) & (g_norm > 0) & np.isfinite(m))
-        stop_step[dead] = k
-        active &= ~dead
-        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-        length = np.full(S, lr) if method == "ngd" else lr * np.exp(m) * g_norm
-        flat[active] -= length[active, None] * unit[active]
-    stopped = tuple(None if s < 0 else Stop(int(s), "gradient is zero or non-finite") for s in stop_step)
-    return Trajectory(
-        theta=out_theta.reshape((R, S) + p0.shape),
-        steps=record,
-        loss=out_loss,
-        log_gap=out_gap,
-        log_grad_norm=out_gn,
-        stopped=stopped,
-        method=method,
-        lr=float(lr),
     )

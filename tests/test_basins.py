@@ -47,31 +47,6 @@ def test_basin_map_bad_candidates(fig1b):
         al.basin_map(prob, np.zeros((1, 3)), 10, candidates=[])
 
 
-@pytest.mark.parametrize("method", ["gd", "ngd"])
-def test_train_each_matches_train(method):
-    probs = [al.datasets.random_tokens(3, 4, 5, seed=s, queries="cross") for s in range(3)]
-    W0 = np.random.default_rng(0).normal(scale=0.1, size=(3, 5, 5))
-    traj = al.train_each(probs, W0, 60, method, 0.1, record_every=20)
-    assert traj.theta.shape == (4, 3, 5, 5)
-    for s, p in enumerate(probs):
-        # al.train on the same problem with W flattened to a vector (Frobenius geometry is the same).
-        flat = al.token_selection(p.A.reshape(p.n, p.T, -1), p.gamma)
-        ref = al.train(flat, W0[s].ravel(), 60, method, 0.1, record_every=20)
-        np.testing.assert_allclose(traj.theta[:, s].reshape(4, -1), ref.theta[:, 0], atol=1e-12)
-        np.testing.assert_allclose(traj.log_gap[:, s], ref.log_gap[:, 0], atol=1e-12)
-
-
-def test_train_each_validates():
-    p1 = al.datasets.random_tokens(2, 3, 4, seed=0)
-    p2 = al.datasets.random_tokens(2, 4, 4, seed=0)
-    with pytest.raises(ValueError, match="share"):
-        al.train_each([p1, p2], np.zeros((4, 4)), 5)
-    with pytest.raises(ValueError, match="method"):
-        al.train_each([p1], np.zeros((4, 4)), 5, method="polyak")
-    with pytest.raises(ValueError, match="theta0"):
-        al.train_each([p1], np.zeros((2, 4, 4)), 5)
-
-
 def test_basin_image_draws():
     import matplotlib
 
