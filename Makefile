@@ -4,9 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+CHROMIUM ?= /usr/bin/chromium
+JOBS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup lint format test bench book lock clean
+.PHONY: setup assets browser lint format book test bench lock clean
 
 setup: $(STAMP)
 
@@ -17,6 +20,24 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
+# Browser assets the site serves itself (MathJax, require.js, the widget manager), pinned in
+# package-lock.json. `npm ci` only when the lock changed.
+assets: $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Chromium for the browser test: Debian's package (never `playwright install`). Installed when
+# missing and we are root; otherwise the browser test is skipped (and fails under CI=true).
+browser:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing chromium with apt-get"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium >/dev/null; }; \
+	else echo "chromium is not installed and cannot be installed here (not root, or no apt): the browser test will be skipped"; fi
+
 lint: setup
 	$(VENV)/bin/ruff check attnlib tests benchmarks notebooks
 	$(VENV)/bin/ruff format --check attnlib tests benchmarks notebooks
@@ -25,7 +46,12 @@ format: setup
 	$(VENV)/bin/ruff check --fix attnlib tests benchmarks notebooks
 	$(VENV)/bin/ruff format attnlib tests benchmarks notebooks
 
-test: setup lint
+# papermill executes the notebooks of _toc.yml that changed into _build/stage, then Jupyter Book
+# renders the staged copy (execution off, warnings as errors) into _build/html.
+book: setup assets
+	$(PY) -m attnlib book --jobs $(JOBS)
+
+test: setup lint assets browser book
 	MPLBACKEND=Agg $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup

@@ -1,0 +1,433 @@
+"""Build the book: papermill executes the chapters, Jupyter Book renders a staged copy.
+
+``python -m attnlib book`` (what ``make book`` runs) does, from the repository root:
+
+1. **Stage** the book source under ``_build/stage/``: ``_config.yml``, ``_toc.yml``, ``book/``, and
+   the browser assets (MathJax, require.js, the widget manager) copied from ``node_modules/`` into
+   ``_build/stage/_vendor/`` (served by the site itself, so it works offline).
+2. **Execute** every notebook listed in ``_toc.yml`` with :func:`attnlib.run.execute_notebook` (the
+   run command's code path) into ``_build/stage/notebooks/``, two at a time. A notebook is
+   re-executed only when it, ``attnlib/*.py``, ``requirements.txt`` or ``constraints.txt`` changed:
+   a content hash of those is stamped beside the executed copy (``X.stamp``), written last. A failed
+   execution removes the stale staged copy and leaves the executed notebook and its summary under
+   ``_build/failed/`` for debugging; ``notebooks/`` is only ever read.
+3. **Claims table**: every check of every chapter, from the executed notebooks' JSON summaries,
+   into ``_build/stage/book/claims_table.md`` (included by the introduction).
+4. **Render** the staged copy with ``jupyter-book build`` (execution off, warnings as errors) into
+   ``_build/html``, and fail unless ``_build/html/index.html`` exists. Skipped when the staged
+   content is exactly what the last successful render saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import re
+import shutil
+import string
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .run import execute_notebook, summary_path
+
+__all__ = [
+    "BookError",
+    "ExecutionResult",
+    "build",
+    "claims_table",
+    "execute_all",
+    "execution_digest",
+    "main",
+    "stage_sources",
+    "toc_notebooks",
+]
+
+BUILD_DIR = "_build"
+STAGE_DIR = f"{BUILD_DIR}/stage"
+FAILED_DIR = f"{BUILD_DIR}/failed"
+RENDER_STAMP = f"{BUILD_DIR}/html.stamp"
+# Besides the notebook itself, what an execution's result depends on.
+EXECUTION_INPUTS = ("attnlib/*.py", "requirements.txt", "constraints.txt")
+# What the site serves from node_modules (npm ci, versions pinned in package-lock.json): source -> stage.
+VENDORED_ASSETS = {
+    "mathjax/es5/tex-mml-chtml.js": "_vendor/mathjax/tex-mml-chtml.js",
+    "mathjax/es5/output/chtml/fonts/woff-v2": "_vendor/mathjax/output/chtml/fonts/woff-v2",
+    "requirejs/require.js": "_vendor/ipywidgets/require.js",
+    "@jupyter-widgets/html-manager/dist/embed-amd.js": "_vendor/ipywidgets/embed-amd.js",
+}
+HEARTBEAT_S = 30  # how often a long execution reports that it is still running
+# The widget manager's icon fonts (Font Awesome), looked up next to embed-amd.js.
+WIDGET_FONT_SUFFIXES = (".woff2", ".woff", ".ttf", ".eot", ".svg")
+
+
+class BookError(RuntimeError):
+    """The book cannot be built: a missing file, a failed notebook, a failed render."""
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+_lock_depth = 0  # re-entrant within a process: build() holds the lock while it calls execute_all()
+
+
+@contextmanager
+def _build_lock(root: Path):
+    """One build at a time per tree: a second `make book` (or test run) waits for the first."""
+    global _lock_depth
+    if _lock_depth:
+        _lock_depth += 1
+        try:
+            yield
+        finally:
+            _lock_depth -= 1
+        return
+    (root / BUILD_DIR).mkdir(exist_ok=True)
+    with open(root / BUILD_DIR / ".book.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log("[wait] another build of this book is running; waiting for it to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        _lock_depth = 1
+        try:
+            yield
+        finally:
+            _lock_depth = 0
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _toc_files(entries) -> list[str]:
+    files = []
+    for entry in entries or []:
+        if "file" in entry:
+            files.append(entry["file"])
+        for key in ("parts", "chapters", "sections"):
+            files += _toc_files(entry.get(key))
+    return files
+
+
+def toc_notebooks(root: Path) -> list[Path]:
+    """The notebooks listed in ``_toc.yml``, in reading order, relative to ``root``."""
+    import yaml  # a dependency of Jupyter Book
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    notebooks = []
+    for name in [toc["root"], *_toc_files(toc.get("parts")), *_toc_files(toc.get("chapters"))]:
+        name = name.removesuffix(".ipynb").removesuffix(".md")
+        if (root / f"{name}.ipynb").exists():
+            notebooks.append(Path(f"{name}.ipynb"))
+        elif not (root / f"{name}.md").exists():
+            raise BookError(f"_toc.yml lists {name!r}, but neither {name}.ipynb nor {name}.md exists")
+    return notebooks
+
+
+def execution_digest(root: Path, notebook: Path) -> str:
+    """A hash of everything an execution of ``notebook`` depends on (its bytes, attnlib, the pins)."""
+    digest = hashlib.sha256()
+    inputs = [notebook] + sorted(path.relative_to(root) for pattern in EXECUTION_INPUTS for path in root.glob(pattern))
+    for relative in inputs:
+        digest.update(relative.as_posix().encode() + b"\0")
+        digest.update((root / relative).read_bytes() if (root / relative).exists() else b"<missing>")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _copy_if_changed(source: Path, target: Path) -> None:
+    if target.exists() and target.read_bytes() == source.read_bytes():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+
+
+def _mirror_tree(source: Path, target: Path) -> None:
+    """Make ``target`` hold exactly the files of ``source`` (stale files removed)."""
+    wanted = {path.relative_to(source) for path in source.rglob("*") if path.is_file()}
+    if target.exists():
+        for path in target.rglob("*"):
+            if path.is_file() and path.relative_to(target) not in wanted:
+                path.unlink()
+    for relative in wanted:
+        _copy_if_changed(source / relative, target / relative)
+
+
+def stage_sources(root: Path) -> Path:
+    """Copy the book's text sources and the vendored browser assets into the stage; return its path."""
+    stage = root / STAGE_DIR
+    for name in ("_config.yml", "_toc.yml"):
+        _copy_if_changed(root / name, stage / name)
+    _mirror_tree(root / "book", stage / "book")
+    modules = root / "node_modules"
+    missing = [source for source in VENDORED_ASSETS if not (modules / source).exists()]
+    if missing:
+        raise BookError(f"missing browser assets {missing}: run `npm ci` (or `make book`, which does)")
+    for source, target in VENDORED_ASSETS.items():
+        if (modules / source).is_dir():
+            _mirror_tree(modules / source, stage / target)
+        else:
+            _copy_if_changed(modules / source, stage / target)
+    for font in (modules / "@jupyter-widgets/html-manager/dist").iterdir():
+        if font.suffix in WIDGET_FONT_SUFFIXES:
+            _copy_if_changed(font, stage / "_vendor/ipywidgets" / font.name)
+    return stage
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What happened to one notebook in a build."""
+
+    notebook: Path  # relative to the root
+    status: str  # "ok", "failed" or "up to date"
+    duration_s: float
+    checks_passed: int
+    checks_total: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed" and self.checks_passed == self.checks_total
+
+    @property
+    def reason(self) -> str:
+        """Why it is not ok: the exception, or how many checks failed."""
+        return self.error or f"{self.checks_total - self.checks_passed} checks failed"
+
+
+def _staged(root: Path, notebook: Path) -> tuple[Path, Path]:
+    executed = root / STAGE_DIR / notebook
+    return executed, executed.with_suffix(".stamp")
+
+
+def _is_up_to_date(root: Path, notebook: Path, digest: str) -> bool:
+    executed, stamp = _staged(root, notebook)
+    if not (stamp.exists() and executed.exists() and summary_path(executed).exists()):
+        return False
+    summary = json.loads(summary_path(executed).read_text(encoding="utf-8"))
+    return stamp.read_text().strip() == digest and summary.get("status") == "ok"
+
+
+def _result(notebook: Path, summary: dict, status: str) -> ExecutionResult:
+    checks = summary.get("checks", [])
+    return ExecutionResult(
+        notebook=notebook,
+        status=status,
+        duration_s=float(summary.get("duration_s", 0.0)),
+        checks_passed=sum(bool(check.get("passed")) for check in checks),
+        checks_total=len(checks),
+        error=summary.get("error"),
+    )
+
+
+def _execute_one(root: Path, notebook: Path, digest: str) -> ExecutionResult:
+    """Execute one notebook into the stage (runs in a worker process)."""
+    executed, stamp = _staged(root, notebook)
+    failed = root / FAILED_DIR / notebook.name
+    # The stamp goes first and comes back last: an interrupted or failed run leaves no valid stamp.
+    stamp.unlink(missing_ok=True)
+    _log(f"[execute] {notebook} ...")
+    summary = execute_notebook(root / notebook, executed, failed_output=failed, name=notebook.as_posix())
+    if summary["status"] == "ok":
+        failed.unlink(missing_ok=True)
+        summary_path(failed).unlink(missing_ok=True)
+        stamp.write_text(digest + "\n")
+    else:
+        # Nothing stale stays in the stage; the failed copy is kept apart for debugging.
+        executed.unlink(missing_ok=True)
+        summary_path(executed).unlink(missing_ok=True)
+    result = _result(notebook, summary, summary["status"])
+    if result.status == "ok":
+        _log(f"[ok] {notebook} in {result.duration_s:.1f} s, {result.checks_passed}/{result.checks_total} checks pass")
+    else:
+        _log(
+            f"[FAILED] {notebook} after {result.duration_s:.1f} s: {result.error}\n"
+            f"         executed copy with the traceback: {failed.relative_to(root)}"
+        )
+    return result
+
+
+def execute_all(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
+    """Execute the notebooks of ``_toc.yml`` that changed since their last successful execution."""
+    root = Path(root).resolve()
+    with _build_lock(root):
+        notebooks = toc_notebooks(root)
+        results: dict[Path, ExecutionResult] = {}
+        pending = []
+        for notebook in notebooks:
+            digest = execution_digest(root, notebook)
+            if _is_up_to_date(root, notebook, digest):
+                executed, _ = _staged(root, notebook)
+                summary = json.loads(summary_path(executed).read_text(encoding="utf-8"))
+                results[notebook] = _result(notebook, summary, "up to date")
+                _log(f"[up to date] {notebook} (executed in {results[notebook].duration_s:.1f} s)")
+            else:
+                pending.append((notebook, digest))
+        (root / STAGE_DIR).mkdir(parents=True, exist_ok=True)
+        if pending:
+            # Worker processes, even for one notebook: this process stays free to report progress.
+            with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(pending)))) as pool:
+                started = time.perf_counter()
+                futures = {pool.submit(_execute_one, root, notebook, digest): notebook for notebook, digest in pending}
+                running = set(futures)
+                while running:
+                    _, running = wait(running, timeout=HEARTBEAT_S, return_when=FIRST_COMPLETED)
+                    if running:
+                        names = ", ".join(sorted(futures[future].stem for future in running))
+                        _log(f"[running] {names} ({time.perf_counter() - started:.0f} s so far)")
+                for future, notebook in futures.items():
+                    results[notebook] = future.result()
+        return [results[notebook] for notebook in notebooks]
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _code(text: str) -> str:
+    """Inline code, whatever backticks the text holds."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _plain(text: str) -> str:
+    """Text shown as typed: every ASCII punctuation mark escaped (a leading ">" would start a quote)."""
+    return "".join(f"\\{char}" if char in string.punctuation else char for char in " ".join(str(text).split()))
+
+
+def _chapter_claims(notebook: Path, checks: list[dict]) -> list[str]:
+    passed = sum(bool(check["passed"]) for check in checks)
+    lines = [
+        f"**{{doc}}`/{notebook.with_suffix('').as_posix()}`**: {passed} of {len(checks)} checks pass.",
+        "",
+    ]
+    if not checks:
+        return lines
+    lines += [
+        "```{list-table}",
+        ":header-rows: 1",
+        ":class: claims-table",
+        ":widths: 38 42 12 8",
+        "",
+        "* - check",
+        "  - criterion",
+        "  - measured",
+        "  - verdict",
+    ]
+    for check in checks:
+        lines += [
+            # The description is the notebook's own prose (it may hold math); the criterion is code-like text.
+            f"* - {' '.join(check.get('description', '').split()) or _code(check['name'])}",
+            f"  - {_plain(check['criterion'])}",
+            f"  - {_code(_format_value(check['value']))}",
+            f"  - {'pass' if check['passed'] else '**FAIL**'}",
+        ]
+    return lines + ["```", ""]
+
+
+def claims_table(root: Path | str = ".") -> str:
+    """The claims tables (MyST markdown): every check of every executed chapter, from its summary."""
+    root = Path(root).resolve()
+    lines, total, passed = [], 0, 0
+    for notebook in toc_notebooks(root):
+        executed, _ = _staged(root, notebook)
+        if not summary_path(executed).exists():
+            raise BookError(f"{notebook} has no executed summary in {STAGE_DIR}: execute it first")
+        checks = json.loads(summary_path(executed).read_text(encoding="utf-8"))["checks"]
+        total += len(checks)
+        passed += sum(bool(check["passed"]) for check in checks)
+        lines += _chapter_claims(notebook, checks)
+    if not total:
+        return "No chapter has recorded a check yet.\n"
+    header = f"**{passed} of {total} checks pass**, generated from the executed notebooks when the book was built."
+    return "\n".join([header, "", *lines])
+
+
+def _stage_digest(stage: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in stage.rglob("*") if p.is_file() and p.suffix != ".stamp"):
+        digest.update(path.relative_to(stage).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _jupyter_book_command() -> list[str]:
+    script = Path(sys.executable).with_name("jupyter-book")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("jupyter-book")
+    if found is None:
+        raise BookError("jupyter-book is not installed: run `make setup`")
+    return [found]
+
+
+def render(root: Path | str = ".") -> bool:
+    """Render the staged book into ``_build/html``; return False if it was already up to date."""
+    root = Path(root).resolve()
+    stage, html, stamp = root / STAGE_DIR, root / BUILD_DIR / "html", root / RENDER_STAMP
+    digest = _stage_digest(stage)
+    if (html / "index.html").exists() and stamp.exists() and stamp.read_text().strip() == digest:
+        _log("[site] up to date: _build/html")
+        return False
+    stamp.unlink(missing_ok=True)
+    shutil.rmtree(html, ignore_errors=True)  # index.html must come from this render, not an older one
+    _log("[site] rendering with jupyter-book (execution off, warnings as errors) ...")
+    start = time.perf_counter()
+    # --all: re-read every page, so that -W reports the warnings of unchanged pages too.
+    command = [*_jupyter_book_command(), "build", str(stage), "--path-output", str(root), "--all", "-W", "--keep-going"]
+    completed = subprocess.run(command, cwd=root, check=False, capture_output=True, text=True)
+    sys.stderr.write(completed.stdout + completed.stderr)
+    if completed.returncode != 0:
+        # Repeat the warnings in the error itself: under pytest the output above is captured.
+        output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)  # no terminal colours
+        warnings = "\n".join(line for line in output.splitlines() if "WARNING" in line)
+        raise BookError(f"jupyter-book failed (exit code {completed.returncode}), warnings are errors:\n{warnings}")
+    if not (html / "index.html").exists():
+        raise BookError("jupyter-book reported success but _build/html/index.html does not exist")
+    stamp.write_text(digest + "\n")
+    _log(f"[site] rendered in {time.perf_counter() - start:.1f} s: {html.relative_to(root)}/index.html")
+    return True
+
+
+def build(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
+    """Stage, execute what changed, write the claims table and render. Raises :class:`BookError`."""
+    root = Path(root).resolve()
+    start = time.perf_counter()
+    with _build_lock(root):
+        stage = stage_sources(root)
+        results = execute_all(root, jobs=jobs)
+        failures = [result for result in results if not result.ok]
+        if failures:
+            reasons = [f"  {result.notebook}: {result.reason}" for result in failures]
+            raise BookError("notebooks failed, the site was not rendered:\n" + "\n".join(reasons))
+        table = claims_table(root)
+        if not (stage / "book/claims_table.md").exists() or (stage / "book/claims_table.md").read_text() != table:
+            (stage / "book/claims_table.md").write_text(table, encoding="utf-8")
+        render(root)
+    _log(f"[book] done in {time.perf_counter() - start:.1f} s")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m attnlib book",
+        description="Execute the notebooks of _toc.yml that changed (papermill) and render the book into _build/html.",
+    )
+    parser.add_argument("--root", type=Path, default=Path("."), help="the repository root (default: .)")
+    parser.add_argument("-j", "--jobs", type=int, default=2, help="notebooks executed at once (default: 2)")
+    parser.add_argument("--execute-only", action="store_true", help="stage and execute, do not render the site")
+    args = parser.parse_args(argv)
+    try:
+        if args.execute_only:
+            failures = [r for r in execute_all(args.root, jobs=args.jobs) if not r.ok]
+            return 1 if failures else 0
+        build(args.root, jobs=args.jobs)
+    except BookError as exc:
+        _log(f"error: {exc}")
+        return 1
+    return 0

@@ -1,0 +1,134 @@
+"""The book: chapter notebooks executed through the book's own path, their checks, the build.
+
+``executed_book`` (conftest) runs the incremental execution step of ``make book``: every notebook
+of ``_toc.yml`` is executed once per test run at most, and not at all if ``make book`` just did.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnlib import book
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+CHAPTERS = book.toc_notebooks(ROOT)
+
+
+def test_the_toc_lists_chapter_notebooks():
+    assert CHAPTERS, "_toc.yml lists no notebook"
+    assert all(path.parts[0] == "notebooks" for path in CHAPTERS)
+
+
+@pytest.mark.parametrize("notebook", sorted(ROOT.glob("notebooks/*.ipynb")), ids=lambda path: path.stem)
+def test_committed_notebooks_have_no_outputs_and_the_python3_kernel(notebook):
+    content = json.loads(notebook.read_text(encoding="utf-8"))
+    with_outputs = [i for i, cell in enumerate(content["cells"]) if cell.get("outputs")]
+    assert not with_outputs, f"cells {with_outputs} have outputs: clear them before committing"
+    assert content["metadata"].get("kernelspec", {}).get("name") == "python3"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda path: path.stem)
+def test_chapter_executes_and_every_check_passes(executed_book, notebook):
+    result = executed_book[notebook]
+    failed_copy = ROOT / book.FAILED_DIR / notebook.name
+    assert result.status != "failed", f"{notebook} failed: {result.error} (executed copy: {failed_copy})"
+    summary = json.loads((ROOT / book.STAGE_DIR / notebook).with_suffix(".json").read_text(encoding="utf-8"))
+    failed = [f"{c['name']} = {c['value']!r} ({c['criterion']})" for c in summary["checks"] if not c["passed"]]
+    assert not failed, f"{notebook}: failed checks: {failed}"
+    assert summary["checks"], f"{notebook} recorded no check (use attnlib.Checks)"
+
+
+@pytest.mark.notebook
+def test_a_second_execution_step_executes_nothing(executed_book):
+    assert all(result.status == "up to date" for result in book.execute_all(ROOT))
+
+
+def test_execution_digest_follows_the_notebook_attnlib_and_the_pins(tmp_path):
+    (tmp_path / "attnlib").mkdir()
+    (tmp_path / "attnlib" / "core.py").write_text("x = 1\n")
+    (tmp_path / "requirements.txt").write_text("numpy==2\n")
+    (tmp_path / "chapter.ipynb").write_text("{}")
+    first = book.execution_digest(tmp_path, Path("chapter.ipynb"))
+    assert book.execution_digest(tmp_path, Path("chapter.ipynb")) == first
+    for path, text in [("attnlib/core.py", "x = 2\n"), ("requirements.txt", "numpy==3\n"), ("chapter.ipynb", "{ }")]:
+        (tmp_path / path).write_text(text)
+        changed = book.execution_digest(tmp_path, Path("chapter.ipynb"))
+        assert changed != first, f"changing {path} must trigger a new execution"
+        first = changed
+
+
+def _mini_book(root: Path, chapters: list[str]) -> None:
+    (root / "book").mkdir(parents=True, exist_ok=True)
+    (root / "book" / "intro.md").write_text("# Intro\n")
+    (root / "notebooks").mkdir(exist_ok=True)
+    for name in chapters:
+        shutil.copyfile(FIXTURES / f"{name}.ipynb", root / "notebooks" / f"{name}.ipynb")
+    lines = ["format: jb-book", "root: book/intro", "chapters:"] + [f"  - file: notebooks/{n}" for n in chapters]
+    (root / "_toc.yml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.notebook
+def test_a_failed_execution_leaves_nothing_a_later_build_would_take(tmp_path):
+    _mini_book(tmp_path, ["parameters", "failing"])
+    sources = {path: path.read_bytes() for path in (tmp_path / "notebooks").iterdir()}
+    results = {result.notebook.stem: result for result in book.execute_all(tmp_path, jobs=2)}
+
+    assert results["parameters"].status == "ok" and results["parameters"].ok
+    assert results["failing"].status == "failed"
+    assert results["failing"].error == "RuntimeError: this fixture fails on purpose"
+    stage = tmp_path / book.STAGE_DIR / "notebooks"
+    assert sorted(path.name for path in stage.iterdir()) == ["parameters.ipynb", "parameters.json", "parameters.stamp"]
+    failed = tmp_path / book.FAILED_DIR
+    assert (failed / "failing.ipynb").exists()
+    assert json.loads((failed / "failing.json").read_text())["status"] == "failed"
+    assert {path: path.read_bytes() for path in (tmp_path / "notebooks").iterdir()} == sources
+
+    # Only the good chapter left: it is up to date, nothing runs.
+    _mini_book(tmp_path, ["parameters"])
+    (result,) = book.execute_all(tmp_path)
+    assert result.status == "up to date"
+
+
+def test_claims_table_lists_every_check(tmp_path):
+    _mini_book(tmp_path, ["parameters"])
+    staged = tmp_path / book.STAGE_DIR / "notebooks"
+    staged.mkdir(parents=True)
+    checks = [
+        {"name": "final_cosine", "value": 0.99912345, "criterion": ">= 0.999", "passed": True, "description": ""},
+        {"name": "mass", "value": 1, "criterion": "== 1", "passed": False, "description": "softmax mass $\\to 1$"},
+    ]
+    summary = {"notebook": "x", "parameters": {}, "status": "ok", "error": None, "duration_s": 1.0, "checks": checks}
+    (staged / "parameters.json").write_text(json.dumps(summary))
+    table = book.claims_table(tmp_path)
+    assert table.startswith("**1 of 2 checks pass**")
+    assert "{doc}`/notebooks/parameters`**: 1 of 2 checks pass." in table  # one heading line per chapter
+    assert "`final_cosine`" in table and "`0.9991`" in table  # no description: the name; values to 4 digits
+    assert "\\>\\= 0\\.999" in table  # criteria are shown as typed, not as markdown (">" would be a quote)
+    assert "softmax mass $\\to 1$" in table and "**FAIL**" in table  # descriptions are prose, math allowed
+
+
+def test_the_site_is_built_and_self_contained(built_site):
+    assert (built_site / "index.html").exists()
+    for notebook in CHAPTERS:
+        assert (built_site / notebook.with_suffix(".html")).exists()
+    for asset in ["mathjax/tex-mml-chtml.js", "ipywidgets/require.js", "ipywidgets/embed-amd.js", "widgets-offline.js"]:
+        assert (built_site / "_static" / asset).exists(), asset
+    remote = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""", re.IGNORECASE)
+    for page in built_site.rglob("*.html"):
+        found = remote.findall(page.read_text(encoding="utf-8"))
+        assert not found, f"{page.relative_to(built_site)} loads remote resources: {found[:3]}"
+
+
+def test_the_claims_table_is_on_the_front_page(built_site, executed_book):
+    intro = (built_site / "book" / "intro.html").read_text(encoding="utf-8")
+    table = re.search(r"<table[^>]*claims-table.*?</table>", intro, re.DOTALL)
+    assert table, "no claims table in book/intro.html"
+    expected = sum(result.checks_total for result in executed_book.values())
+    assert table.group(0).count("<tr") == expected + 1  # one row per check, plus the header
