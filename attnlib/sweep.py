@@ -44,7 +44,7 @@ from .book import execution_digest
 from .run import EXIT_FAILED, EXIT_USAGE, UsageError, _write_json_atomically, execute_notebook, notebook_parameters
 from .run import parse_value as _parse_literal
 
-__all__ = ["SweepPoint", "SweepResult", "parse_grid", "grid_points", "sweep", "main"]
+__all__ = ["SweepPoint", "SweepResult", "parse_grid", "grid_points", "run_sweep", "main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -223,7 +223,7 @@ def _executor(backend: str, scheduler: str | None, jobs: int):
     return Client(cluster), cluster
 
 
-def sweep(
+def run_sweep(
     notebook: str | os.PathLike,
     grid: dict[str, list],
     out: str | os.PathLike | None = None,
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         if defaults is None:
             raise UsageError(f"{args.notebook} has no cell tagged 'parameters', so it cannot be swept")
         grid = parse_grid(args.grid, defaults)
-        result = sweep(args.notebook, grid, args.out, args.jobs, args.backend, args.scheduler, not args.no_progress)
+        result = run_sweep(args.notebook, grid, args.out, args.jobs, args.backend, args.scheduler, not args.no_progress)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnlib.run import UsageError
-from attnlib.sweep import grid_points, main, parse_grid, sweep
+from attnlib.sweep import grid_points, main, parse_grid, run_sweep
 
 FIXTURE = Path(__file__).parent / "fixtures" / "parameters.ipynb"
 DEFAULTS = {"steps": 3, "scale": 0.5, "label": "a"}
@@ -49,7 +49,7 @@ def test_bad_grid_exits_2_before_running(tmp_path, capsys):
 
 def test_sweep_end_to_end_keeps_failures_and_resumes(tmp_path):
     grid = {"steps": [1, -1], "label": ["a", "b"]}  # steps = -1 fails the notebook's validation
-    first = sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)
+    first = run_sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)
     assert [r["status"] for r in first.rows] == ["ok", "ok", "failed", "failed"]
     assert "parameter 'steps' must be an int >= 1" in first.rows[2]["error"]
     assert first.rows[0]["steps_seen"] == 1 and first.rows[0]["steps_seen_passed"] is True
@@ -57,7 +57,7 @@ def test_sweep_end_to_end_keeps_failures_and_resumes(tmp_path):
     assert len(table["rows"]) == 4 and first.csv_path.read_text().count("\n") == 5
     done = sorted(tmp_path.glob("points/steps=1_*.json"))
     stamps = [p.stat().st_mtime_ns for p in done]
-    again = sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)  # resume: only failed points rerun
+    again = run_sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)  # resume: only failed points rerun
     assert [p.stat().st_mtime_ns for p in done] == stamps
     assert [r["status"] for r in again.rows] == ["ok", "ok", "failed", "failed"]
 
@@ -83,6 +83,6 @@ def test_interrupted_sweep_keeps_finished_points(tmp_path):
 
 def test_dask_backend_on_a_local_cluster(tmp_path):
     pytest.importorskip("dask.distributed")
-    result = sweep(FIXTURE, {"steps": [1, 2]}, tmp_path, jobs=2, backend="dask", progress=False)
+    result = run_sweep(FIXTURE, {"steps": [1, 2]}, tmp_path, jobs=2, backend="dask", progress=False)
     assert [r["status"] for r in result.rows] == ["ok", "ok"]
     assert [r["steps_seen"] for r in result.rows] == [1, 2]
