@@ -1,0 +1,140 @@
+"""Digit patches as tokens (chapter 6): layout, labels, positional code, the head, bad inputs."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import attnlib as al  # noqa: E402
+
+
+@pytest.mark.parametrize("patch", [2, 4])
+def test_tokens_are_pixels_then_position(patch):
+    data = al.digit_patches(digits=(3, 8), patch=patch, n=12, seed=0)
+    T, g = (8 // patch) ** 2, 8 // patch
+    assert data.X.shape == (12, T, patch * patch + T) and data.T == T and data.grid == g
+    assert data.d == patch * patch + T
+    # Pixels of patch t are the image block at corner(t), row-major.
+    for t in range(T):
+        r, c = data.corner(t)
+        block = data.images[:, r : r + patch, c : c + patch].reshape(12, -1)
+        assert np.array_equal(data.X[:, t, : patch * patch], block)
+    # The positional code is one-hot (scale 1) and the same for every image.
+    assert np.array_equal(data.X[:, :, patch * patch :], np.broadcast_to(np.eye(T), (12, T, T)))
+    assert data.images.min() >= 0 and data.images.max() <= 1
+
+
+def test_labels_balanced_prefixes_and_source_rows():
+    from sklearn.datasets import load_digits
+
+    data = al.digit_patches(digits=(0, 1), patch=4, seed=3)
+    raw = load_digits()
+    assert np.array_equal(data.images, raw.images[data.index] / 16.0)
+    assert np.array_equal(data.y, np.where(raw.target[data.index] == 0, 1.0, -1.0))
+    assert data.n == int(np.isin(raw.target, (0, 1)).sum())
+    for m in (2, 10, 40, 200):
+        assert data.y[:m].sum() == 0  # every even prefix is balanced
+
+
+def test_seed_decides_the_order_and_subset_keeps_everything():
+    a = al.digit_patches(n=20, seed=1)
+    b = al.digit_patches(n=20, seed=1)
+    c = al.digit_patches(n=20, seed=2)
+    assert np.array_equal(a.index, b.index) and not np.array_equal(a.index, c.index)
+    sub = a.subset(slice(5, 9))
+    assert len(sub) == 4 and np.array_equal(sub.X, a.X[5:9]) and np.array_equal(sub.index, a.index[5:9])
+    assert (sub.digits, sub.patch, sub.pos_scale) == (a.digits, a.patch, a.pos_scale)
+    rng = np.random.default_rng(0)
+    assert al.digit_patches(n=4, seed=rng).n == 4
+
+
+def test_pos_scale_and_patch_map():
+    data = al.digit_patches(patch=2, n=3, pos_scale=2.5)
+    assert np.allclose(data.X[:, :, 4:], 2.5 * np.eye(16))
+    values = np.arange(16.0)
+    painted = data.patch_map(values)
+    assert painted.shape == (8, 8)
+    for t in range(16):
+        r, c = data.corner(t)
+        assert np.all(painted[r : r + 2, c : c + 2] == t)
+    assert data.patch_map(np.ones((5, 16))).shape == (5, 8, 8)
+
+
+def test_head_solves_the_normal_equations_and_scores_patches():
+    data = al.digit_patches(n=60, seed=0)
+    v = al.fit_patch_head(data.X, data.y, ridge=0.5)
+    F = data.X.reshape(-1, data.d)
+    target = np.repeat(data.y, data.T)
+    assert np.allclose((F.T @ F + 0.5 * np.eye(data.d)) @ v, F.T @ target)
+    # The head is better than chance on single patches of its own training images.
+    assert np.mean(np.sign(F @ v) == target) > 0.6
+    prob = al.prompt_attention(data.X, data.y, v)
+    assert prob.gamma.shape == (60, data.T)
+
+
+def test_w_svm_contains_p_svm_through_the_position_code():
+    # z_i = x_i1 carries pos_scale * e_1, so W = p e_1^T / pos_scale reproduces every logit of p.
+    data = al.digit_patches(n=6, seed=0, pos_scale=2.0)
+    v = al.fit_patch_head(data.X, data.y)
+    p = np.random.default_rng(0).normal(size=data.d)
+    a = np.zeros(data.d)
+    a[data.patch**2] = 1.0 / data.pos_scale
+    W = np.outer(p, a)
+    prompt, selfatt = al.prompt_attention(data.X, data.y, v), al.self_attention(data.X, data.y, v)
+    assert np.allclose(prompt.logits(p), selfatt.logits(W))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(digits=(3, 3)), "two different"),
+        (dict(digits=(3, 10)), "digits must be an integer"),
+        (dict(digits=(3,)), "two digit classes"),
+        (dict(patch=3), "patch must divide"),
+        (dict(patch=0), "patch must be an integer"),
+        (dict(n=0), "n must be an integer"),
+        (dict(n=10_000), "n must be an integer"),
+        (dict(pos_scale=0.0), "pos_scale"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        al.digit_patches(**kwargs)
+
+
+def test_bad_head_arguments_and_patch_index():
+    data = al.digit_patches(n=4)
+    with pytest.raises(ValueError, match="ridge"):
+        al.fit_patch_head(data.X, data.y, ridge=0.0)
+    with pytest.raises(ValueError, match="labels"):
+        al.fit_patch_head(data.X, 2 * data.y)
+    with pytest.raises(ValueError, match="X must be"):
+        al.fit_patch_head(data.X[0], data.y)
+    with pytest.raises(ValueError, match="patch index"):
+        data.corner(data.T)
+    with pytest.raises(ValueError, match="last axis"):
+        data.patch_map(np.ones(3))
+
+
+def test_patch_images_draws_one_axes_montage():
+    data = al.digit_patches(n=6)
+    fig, ax = plt.subplots()
+    al.plots.patch_images(
+        ax,
+        data.images,
+        data.patch,
+        weights=np.full((6, data.T), 0.5),
+        boxes=[0, [(1, "tab:blue", "--")], None, [(2, "tab:red"), (3, "k")], 1, 2],
+        frames=["tab:green", None, None, None, None, None],
+        titles=[f"{k}" for k in range(6)],
+        ncols=3,
+        grid=True,
+    )
+    assert len(ax.images) == 2  # the montage and the veil
+    assert len(ax.patches) == 1 + 1 + 2 + 1 + 1 + 1  # boxes, then the one frame
+    assert ax.images[0].get_array().shape == (2 * (8 + 2 + 3) - 2, 3 * (8 + 2) - 2)
+    al.plots.patch_images(ax, data.images[0], data.patch, boxes=1)  # a single image
+    plt.close(fig)
