@@ -17,7 +17,7 @@ heading to a local selection, THEORY §10.12); the others go on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -74,6 +74,25 @@ class Trajectory:
         """``‖θ‖`` (Frobenius): (R, B)."""
         R, B = self.theta.shape[:2]
         return np.linalg.norm(self.theta.reshape(R, B, -1), axis=-1)
+
+    def select(self, members) -> Trajectory:
+        """The trajectories ``members`` (an index, a slice or a list) as a Trajectory of their own.
+
+        >>> import numpy as np, attnlib as al
+        >>> traj = al.train(al.datasets.single_input(), np.zeros((4, 3)), steps=3)
+        >>> traj.select([1, 3]).theta.shape, traj.select(2).theta.shape
+        ((4, 2, 3), (4, 1, 3))
+        """
+        index = np.arange(self.theta.shape[1])[members]
+        index = np.atleast_1d(index)
+        return replace(
+            self,
+            theta=self.theta[:, index],
+            loss=self.loss[:, index],
+            log_gap=self.log_gap[:, index],
+            log_grad_norm=self.log_grad_norm[:, index],
+            stopped=tuple(self.stopped[b] for b in index),
+        )
 
 
 def _check_method(method: str) -> str:
@@ -167,7 +186,7 @@ def train(
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below and stops the run
             terms = prob._terms_from_flat(flat)
             log_scale, g = prob._scaled_grad_from(terms)
-        g_norm = np.linalg.norm(g, axis=-1)  # g has entries of order one: no over/underflow
+        g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one: no over/underflow
         with np.errstate(divide="ignore"):
             log_gn = log_scale + np.log(g_norm)
         if k == record[r]:
@@ -178,7 +197,7 @@ def train(
             r += 1
         if k == steps:
             break
-        bad = active & ~(np.all(np.isfinite(flat), axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
+        bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
         zero = active & ~bad & ((g_norm == 0) | np.isneginf(log_scale))
         for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
             stop_step[mask], stop_reason[mask] = k, why

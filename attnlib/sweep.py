@@ -209,10 +209,22 @@ def _write_tables(out: Path, notebook: str, grid: dict, rows: list[dict]) -> tup
     return csv_path, json_path
 
 
+def _quiet_worker() -> None:
+    """Send a worker's own output (kernel start-up warnings) to /dev/null.
+
+    Everything a point produces is in its executed notebook and summary; the kernels' start-up
+    chatter would otherwise interleave with the progress bar (and land in a notebook's output
+    when a sweep runs inside one).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
+
 def _executor(backend: str, scheduler: str | None, jobs: int):
     """Submit-style executor: a process pool, or a Dask client (local cluster or an address)."""
     if backend == "local" and scheduler is None:
-        return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")), None
+        return ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_quiet_worker), None
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:
