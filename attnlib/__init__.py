@@ -26,7 +26,15 @@ from .metrics import (
     one_minus_cosine,
     selection_mass,
 )
-from .model import JointAttention, TokenSelectionProblem, prompt_attention, self_attention, token_selection
+from .model import (
+    JointAttention,
+    ProblemStack,
+    TokenSelectionProblem,
+    prompt_attention,
+    self_attention,
+    stack_problems,
+    token_selection,
+)
 from .optim import METHODS, JointTrajectory, Stop, Trajectory, train, train_joint
 from .svm import (
     ACTIVE_TOL,
@@ -42,16 +50,6 @@ from .svm import (
 )
 
 __version__ = "0.1.0"
-
-# Chapter modules add their public names in their own block below (one block per module).
-# --- paths (chapter 2) ---
-# --- end paths ---
-# --- basins (chapter 3) ---
-# --- end basins ---
-# --- joint (chapter 4) ---
-# --- end joint ---
-# --- rates (chapter 5) ---
-# --- end rates ---
 
 __all__ = [
     "datasets",
@@ -73,6 +71,8 @@ __all__ = [
     "selection_mass",
     "JointAttention",
     "TokenSelectionProblem",
+    "ProblemStack",
+    "stack_problems",
     "prompt_attention",
     "self_attention",
     "token_selection",
@@ -93,3 +93,81 @@ __all__ = [
     "locally_optimal_selections",
     "max_margin",
 ]
+
+# Chapter modules add their public names in their own block below (one block per module).
+# --- paths (chapter 2) ---
+from .paths import (  # noqa: E402
+    NonlinearHeadAttention,
+    RegularizationPath,
+    factor_grad,
+    log_gap_grad,
+    nonlinear_head,
+    regularization_path,
+)
+
+__all__ += [
+    "NonlinearHeadAttention",
+    "RegularizationPath",
+    "factor_grad",
+    "log_gap_grad",
+    "nonlinear_head",
+    "regularization_path",
+]
+# --- end paths ---
+# --- basins (chapter 3) ---
+from .basins import BasinMap, basin_map, classify_motion  # noqa: E402
+
+__all__ += ["BasinMap", "basin_map", "classify_motion"]
+# --- end basins ---
+# --- joint (chapter 4) ---
+from .joint import (  # noqa: E402
+    ALIGNMENT_CLASSES,
+    JointSVMs,
+    angle_degrees,
+    balanced_direction,
+    classify_alignment,
+    joint_svms,
+    random_joint_tokens,
+)
+
+__all__ += [
+    "ALIGNMENT_CLASSES",
+    "JointSVMs",
+    "angle_degrees",
+    "balanced_direction",
+    "classify_alignment",
+    "joint_svms",
+    "random_joint_tokens",
+]
+# --- end joint ---
+# --- rates (chapter 5) ---
+from . import rates  # noqa: E402
+from .rates import (  # noqa: E402
+    CROSS_ENTROPY,
+    Reduced,
+    curves,
+    log_steps,
+    logistic_regression,
+    reduce_to_span,
+    separable_data,
+    train_many,
+)
+
+__all__ += [
+    "rates",
+    "CROSS_ENTROPY",
+    "Reduced",
+    "curves",
+    "log_steps",
+    "logistic_regression",
+    "reduce_to_span",
+    "separable_data",
+    "train_many",
+]
+# --- end rates ---
+
+# --- digits (chapter 6) ---
+from .digits import DigitPatches, digit_patches, fit_patch_head  # noqa: E402
+
+__all__ += ["DigitPatches", "digit_patches", "fit_patch_head"]
+# --- end digits ---

@@ -17,6 +17,7 @@ heading to a local selection, THEORY §10.12); the others go on.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,7 +48,8 @@ class Trajectory:
         log_gap: (R, B) ``log(L − L*)`` (accurate where the gap underflows).
         log_grad_norm: (R, B) ``log ‖∇L‖``.
         stopped: B entries, ``None`` or :class:`Stop` (a stopped trajectory keeps its last θ).
-        method, lr: the optimizer.
+        method, lr: the optimizer (``lr`` a number, or (B,) one step size per trajectory).
+        seconds: (R,) wall-clock time since the start at each recorded step (shared by the batch).
     """
 
     theta: np.ndarray
@@ -57,7 +59,8 @@ class Trajectory:
     log_grad_norm: np.ndarray
     stopped: tuple
     method: str
-    lr: float
+    lr: float | np.ndarray
+    seconds: np.ndarray | None = None
 
     @property
     def gap(self) -> np.ndarray:
@@ -92,6 +95,7 @@ class Trajectory:
             log_gap=self.log_gap[:, index],
             log_grad_norm=self.log_grad_norm[:, index],
             stopped=tuple(self.stopped[b] for b in index),
+            lr=self.lr[index] if np.ndim(self.lr) else self.lr,
         )
 
 
@@ -104,7 +108,7 @@ def _check_method(method: str) -> str:
 def _check_schedule(steps, lr, record_every):
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    if not np.isfinite(lr) or lr <= 0:
+    if not np.isscalar(lr) or not np.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
     if not isinstance(record_every, (int, np.integer)) or record_every < 1:
         raise ValueError(f"record_every must be a positive integer, got {record_every!r}")
@@ -113,6 +117,31 @@ def _check_schedule(steps, lr, record_every):
 def _record_steps(steps: int, record_every: int) -> np.ndarray:
     rec = np.arange(0, steps + 1, record_every)
     return rec if rec[-1] == steps else np.append(rec, steps)
+
+
+def _step_sizes(lr, B: int) -> np.ndarray:
+    """``lr`` as (B,) positive step sizes: one number for all, or one per trajectory."""
+    try:
+        lrs = np.broadcast_to(np.asarray(lr, float), (B,)).copy()
+    except ValueError:
+        lrs = None
+    if lrs is None or not np.all(np.isfinite(lrs) & (lrs > 0)):
+        raise ValueError(f"lr must be a positive finite number or {B} of them (one per trajectory), got {lr!r}")
+    return lrs
+
+
+def _explicit_record(record_steps, steps: int) -> np.ndarray:
+    record = np.asarray(record_steps)
+    if (
+        record.ndim != 1
+        or record.size == 0
+        or not np.issubdtype(record.dtype, np.integer)
+        or np.any(np.diff(record) <= 0)
+        or record[0] < 0
+        or record[-1] > steps
+    ):
+        raise ValueError(f"record_steps must be increasing integer steps within [0, {steps}], got {record_steps!r}")
+    return record
 
 
 def _progress(total: int, show: bool | None, work: float, desc: str):
@@ -130,10 +159,11 @@ def train(
     theta0,
     steps: int,
     method: str = "ngd",
-    lr: float = 0.1,
+    lr=0.1,
     record_every: int = 1,
     polyak_max_step: float = 10.0,
     progress: bool | None = None,
+    record_steps=None,
 ) -> Trajectory:
     """Run ``steps`` iterations of GD, NGD or Polyak from every initialisation in ``theta0``.
 
@@ -143,11 +173,15 @@ def train(
             or (*shape) to start every problem there.
         steps: number of iterations.
         method: "gd", "ngd" or "polyak" (``lr`` multiplies the Polyak step; 1 is the classical one).
-        lr: step size η.
+        lr: step size η, or (B,) one per trajectory (a grid of step sizes is one batch too).
         record_every: record every this many steps (and the last step).
         polyak_max_step: stop a Polyak trajectory when its step is longer than
-            ``polyak_max_step · (1 + ‖θ‖)``: then ``L − L*`` stays away from 0 while ``∇L → 0``.
-        progress: show a progress bar (``None``: only for long runs).
+            ``polyak_max_step · (1 + ‖θ‖)`` *while* the attention of some sample is saturated
+            (mass > 1/2) on a non-optimal token: ``L − L*`` then stays away from 0 while ``∇L → 0``,
+            the floor ``L*`` is out of reach and the step would explode.
+        progress: show a progress bar (``None``: only for long runs; pass False in a book page).
+        record_steps: explicit increasing steps to record (e.g. log-spaced), instead of
+            ``record_every``.
 
     >>> import numpy as np, attnlib as al
     >>> X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, 0.9]]])
@@ -157,7 +191,7 @@ def train(
     ((101, 4, 3), True)
     """
     _check_method(method)
-    _check_schedule(steps, lr, record_every)
+    _check_schedule(steps, 1.0, record_every)
     theta = np.array(theta0, dtype=float)
     stacked = isinstance(prob, ProblemStack)
     if theta.shape == prob.shape:  # one initialisation (shared by every problem of a stack)
@@ -170,9 +204,11 @@ def train(
     if not np.all(np.isfinite(theta)):
         raise ValueError("theta0 must be finite")
     B, size = theta.shape[0], prob.size
+    lrs = _step_sizes(lr, B)
     flat = theta.reshape(B, size).copy()
-    record = _record_steps(steps, record_every)
+    record = _record_steps(steps, record_every) if record_steps is None else _explicit_record(record_steps, steps)
     R = len(record)
+    out_seconds = np.empty(R)
     out_theta = np.empty((R, B, size))
     out_loss = np.empty((R, B))
     out_log_gap = np.empty((R, B))
@@ -181,8 +217,9 @@ def train(
     stop_reason = np.full(B, "", dtype=object)
     active = np.ones(B, bool)
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{method} B={B}")
+    start = time.perf_counter()
     r = 0
-    for k in range(steps + 1):
+    for k in range(record[-1] + 1):
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below and stops the run
             terms = prob._terms_from_flat(flat)
             log_scale, g = prob._scaled_grad_from(terms)
@@ -194,8 +231,9 @@ def train(
             out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
             out_log_gap[r] = prob._log_gap_from(terms)
             out_log_gn[r] = log_gn
+            out_seconds[r] = time.perf_counter() - start
             r += 1
-        if k == steps:
+        if k == record[-1]:
             break
         bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
         zero = active & ~bad & ((g_norm == 0) | np.isneginf(log_scale))
@@ -204,20 +242,27 @@ def train(
             active &= ~mask
         unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
         if method == "gd":
-            length = lr * np.exp(log_gn)
+            length = lrs * np.exp(log_gn)
         elif method == "ngd":
-            length = np.full(B, lr)
+            length = lrs
         else:
-            length = lr * np.exp(prob._log_gap_from(terms) - log_gn)
+            length = lrs * np.exp(prob._log_gap_from(terms) - log_gn)
             too_long = active & (length > polyak_max_step * (1.0 + np.linalg.norm(flat, axis=-1)))
             if np.any(too_long):
+                # Only a run saturated on a non-optimal token has an unreachable floor; a long
+                # step elsewhere (e.g. the first one, from θ = 0) is the Polyak step doing its job.
                 sel = np.argmax(terms.log_sigma, axis=-1)
-                for b in np.flatnonzero(too_long):
-                    off = np.flatnonzero(sel[b] != np.broadcast_to(prob.opt, sel.shape)[b])
-                    where = f"samples {off.tolist()} select a non-optimal token" if off.size else "selection = opt"
-                    stop_reason[b] = f"polyak step exploded: L − L* does not vanish ({where}; L* unreachable)"
-                stop_step[too_long] = k
-                active &= ~too_long
+                saturated_off = (sel != np.broadcast_to(prob.opt, sel.shape)) & (
+                    terms.log_sigma.max(axis=-1) > -np.log(2)
+                )
+                for b in np.flatnonzero(too_long & saturated_off.any(axis=-1)):
+                    off = np.flatnonzero(saturated_off[b]).tolist()
+                    stop_reason[b] = (
+                        f"polyak step exploded: samples {off} are saturated on a non-optimal token, so L − L* "
+                        "does not vanish and L* is out of reach"
+                    )
+                    stop_step[b] = k
+                    active[b] = False
         flat[active] -= length[active, None] * unit[active]
         if bar is not None:
             bar.update(1)
@@ -232,7 +277,8 @@ def train(
         log_grad_norm=out_log_gn,
         stopped=stopped,
         method=method,
-        lr=float(lr),
+        lr=float(lrs[0]) if np.ndim(lr) == 0 else lrs,
+        seconds=out_seconds,
     )
 
 

@@ -48,7 +48,7 @@ def test_polyak_stops_with_a_reason_on_a_local_run():
     assert traj.stopped[0] is None
     assert traj.stopped[1] is not None
     assert "polyak step exploded" in traj.stopped[1].reason
-    assert "samples [0] select a non-optimal token" in traj.stopped[1].reason
+    assert "samples [0] are saturated on a non-optimal token" in traj.stopped[1].reason
     assert np.all(np.isfinite(traj.theta))
 
 
@@ -156,3 +156,28 @@ def test_stack_refuses_mismatched_problems():
     stack = al.stack_problems([al.datasets.single_input(), al.datasets.single_input(local=True)])
     with pytest.raises(ValueError, match="theta0 must have shape"):
         al.train(stack, np.zeros((3, 3)), steps=1)
+
+
+def test_polyak_does_not_stop_on_its_long_first_step():
+    """From W = 0 the attention is uniform: a long Polyak step there is no sign of a local limit."""
+    prob = al.datasets.random_tokens(6, 8, 10, seed=0, family="global")
+    traj = al.train(prob, np.zeros((10, 10)), steps=5, method="polyak", lr=1.0)
+    assert traj.stopped == (None,)
+    assert traj.norm[1, 0] > 10.0  # the first step was longer than 10·(1 + ‖W(0)‖)
+
+
+def test_per_trajectory_step_sizes_and_explicit_record_steps():
+    prob = al.datasets.multi_input(seed=0)
+    lrs = np.array([0.05, 0.1, 0.2])
+    record = np.array([0, 1, 10, 100])
+    traj = al.train(prob, np.zeros((3, 3)), steps=100, lr=lrs, record_steps=record)
+    assert traj.steps.tolist() == record.tolist() and traj.seconds.shape == (4,)
+    assert np.all(np.diff(traj.seconds) >= 0)
+    for b, lr in enumerate(lrs):
+        alone = al.train(prob, np.zeros(3), steps=100, lr=lr)
+        np.testing.assert_allclose(traj.theta[:, b], alone.theta[record, 0], rtol=1e-12, atol=1e-14)
+    assert traj.select([2]).lr.tolist() == [0.2]
+    with pytest.raises(ValueError, match="lr must be a positive finite number or 3 of them"):
+        al.train(prob, np.zeros((3, 3)), steps=5, lr=[0.1, 0.2])
+    with pytest.raises(ValueError, match="record_steps must be increasing"):
+        al.train(prob, np.zeros(3), steps=5, record_steps=[0, 7])

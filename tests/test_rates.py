@@ -1,0 +1,217 @@
+"""attnlib.rates: the logistic-regression prototype, the span reduction, the many-problem runner."""
+
+import numpy as np
+import pytest
+
+import attnlib as al
+
+
+# ---------------------------------------------------------------------------------- prototype
+def test_logistic_regression_is_linear_logistic_regression():
+    X, y = al.separable_data(12, 3, seed=0)
+    prob = al.logistic_regression(X, y)
+    w = np.random.default_rng(1).normal(size=(5, 3))
+    margins = y * (w @ X.T)  # (5, 12)
+    assert np.allclose(prob.value(w), np.mean(np.logaddexp(0, -margins), axis=-1))
+    classic = -np.einsum("bi,id->bd", y * 0.5 * (1 - np.tanh(margins / 2)), X) / len(y)
+    assert np.allclose(prob.grad(w), classic, rtol=1e-12, atol=1e-15)
+    assert prob.loss_floor == 0.0
+    assert np.allclose(prob.gap(w), prob.value(w), rtol=1e-12)
+
+
+def test_logistic_regression_log_gap_survives_underflow():
+    X, y = al.separable_data(10, 2, seed=3)
+    prob = al.logistic_regression(X, y)
+    w = al.max_margin(prob).theta * 2000.0  # every margin >= 2000: the gap is about e^-2000
+    smallest = np.min(y * (X @ w))
+    log_gap = float(prob.log_gap(w))
+    assert np.isfinite(log_gap)
+    # log(L) = log mean log(1 + e^-m) ≈ logsumexp(-m) - log n for huge margins m.
+    expected = np.log(np.sum(np.exp(-(y * (X @ w)) + smallest))) - smallest - np.log(len(y))
+    assert log_gap == pytest.approx(expected, rel=1e-9)
+
+
+def test_logistic_regression_svm_is_the_hard_margin_svm():
+    X, y = al.separable_data(15, 2, seed=4)
+    sol = al.max_margin(al.logistic_regression(X, y))
+    label = al.label_svm(X, y)
+    assert np.allclose(sol.theta, label.v, atol=1e-6)
+    assert np.min(y * (X @ sol.theta)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_cross_entropy_excess_matches_direct_difference():
+    loss = al.CROSS_ENTROPY
+    gamma = np.array([1.0, 0.5, 2.0])
+    delta = np.array([0.3, 1e-3, 1.5])
+    direct = loss.value(gamma - delta) - loss.value(gamma)
+    assert np.allclose(loss.excess(gamma, delta), direct, rtol=1e-12)
+    assert np.allclose(loss.log_excess(gamma, np.log(delta)), np.log(direct), rtol=1e-12)
+    tiny = np.log(1e-200)  # below the switch to the first-order form
+    assert loss.log_excess(1.0, tiny) == pytest.approx(tiny, rel=1e-12)
+
+
+def test_separable_data_is_separable_and_scaled():
+    X, y = al.separable_data(30, 4, seed=7)
+    assert X.shape == (30, 4) and set(np.unique(y)) <= {-1.0, 1.0}
+    assert np.max(np.linalg.norm(X, axis=1)) == pytest.approx(1.0)
+    al.label_svm(X, y)  # feasible: raises InfeasibleError otherwise
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(n=1, d=2), dict(n=5, d=0), dict(n=5, d=2, gap=0.0), dict(n=5, d=2, gap=1.5)],
+)
+def test_separable_data_rejects_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        al.separable_data(**kwargs)
+
+
+def test_logistic_regression_rejects_bad_labels():
+    with pytest.raises(ValueError, match="labels"):
+        al.logistic_regression([[1.0, 0.0]], [2.0])
+    with pytest.raises(ValueError, match="must be"):
+        al.logistic_regression([1.0, 0.0], [1.0])
+
+
+# ---------------------------------------------------------------------------------- reduction
+@pytest.mark.parametrize("queries", ["self", "cross"])
+def test_reduction_is_an_isometry_with_the_same_softmax(queries):
+    prob = al.datasets.random_tokens(n=3, T=4, d=6, seed=2, queries=queries)
+    red = al.reduce_to_span(prob)
+    assert red.rank == 3 * (4 - 1)
+    c = np.random.default_rng(0).normal(size=(4, red.rank)) * 5
+    W = red.lift(c)
+    assert W.shape == (4, 6, 6)
+    assert np.allclose(np.linalg.norm(W.reshape(4, -1), axis=-1), np.linalg.norm(c, axis=-1), rtol=1e-12)
+    assert np.allclose(red.problem.log_attention(c), prob.log_attention(W), atol=1e-10)
+    assert np.allclose(red.problem.value(c), prob.value(W), rtol=1e-12)
+    # Gradients correspond: the lifted reduced gradient is the full gradient.
+    assert np.allclose(red.lift(red.problem.grad(c)), prob.grad(W), atol=1e-12)
+
+
+def test_reduction_keeps_the_w_svm():
+    prob = al.datasets.random_tokens(n=3, T=4, d=5, seed=0)
+    red = al.reduce_to_span(prob)
+    full, small = al.max_margin(prob), al.max_margin(red.problem)
+    assert small.margin == pytest.approx(full.margin, rel=1e-6)
+    assert np.allclose(red.lift(small.theta), full.theta, atol=1e-6)
+
+
+def test_reduction_of_low_rank_features_and_padding():
+    prob = al.datasets.multi_input()  # keys in a plane: the span has dimension 2
+    red = al.reduce_to_span(prob, size=5)
+    assert red.rank == 2 and red.problem.shape == (5,)
+    c = np.array([1.0, -2.0, 0.0, 0.0, 0.0])
+    assert np.allclose(red.problem.log_attention(c), prob.log_attention(red.lift(c)), atol=1e-12)
+    with pytest.raises(ValueError, match="size"):
+        al.reduce_to_span(prob, size=1)
+
+
+def test_train_on_reduced_problem_equals_train_on_full_w():
+    prob = al.datasets.random_tokens(n=4, T=5, d=7, seed=1, family="global")
+    red = al.reduce_to_span(prob)
+    for method, lr in (("gd", 1.0), ("ngd", 0.2), ("polyak", 1.0)):
+        full = al.train(prob, np.zeros((1, 7, 7)), 60, method=method, lr=lr, polyak_max_step=100.0)
+        small = al.train(red.problem, np.zeros((1, red.rank)), 60, method=method, lr=lr, polyak_max_step=100.0)
+        scale = full.norm.max()
+        assert np.max(np.abs(red.lift(small.theta) - full.theta)) <= 1e-12 * scale
+        assert np.allclose(small.log_gap, full.log_gap, rtol=1e-9, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------- many problems
+def _random_problems(count, family="random", d=3, n=3, T=4):
+    return [al.datasets.random_tokens(n=n, T=T, d=d, seed=s, family=family) for s in range(count)]
+
+
+@pytest.mark.parametrize("method,lr", [("gd", 1.0), ("ngd", 0.3), ("polyak", 1.0)])
+def test_train_many_equals_train_problem_by_problem(method, lr):
+    # The global family: on random data heading to a local selection, Polyak's steps amplify
+    # rounding exponentially (the library's own rank-one and generic logit paths then diverge too).
+    problems = _random_problems(4, family="global")
+    record = np.arange(0, 81, 10)
+    many = al.train_many(problems, 80, method, lr, record=record, polyak_max_step=30.0)
+    assert many.theta.shape == (len(record), 4, 3, 3)
+    assert many.seconds.shape == (len(record),) and np.all(np.diff(many.seconds) >= 0)
+    for k, prob in enumerate(problems):
+        one = al.train(prob, np.zeros((1, 3, 3)), 80, method=method, lr=lr, record_every=10, polyak_max_step=30.0)
+        assert np.allclose(many.theta[:, k], one.theta[:, 0], rtol=1e-12, atol=1e-12)
+        assert np.allclose(many.log_gap[:, k], one.log_gap[:, 0], rtol=1e-10, atol=1e-10)
+        assert many.stopped[k] == one.stopped[0]
+
+
+def test_train_many_reports_polyak_explosions_like_train():
+    # d = 2 with n = 3, T = 4: the W-SVM of opt is infeasible on most draws, so L* is out of reach.
+    problems = _random_problems(6, d=2)
+    many = al.train_many(problems, 40, "polyak", 1.0)
+    stopped = [s for s in many.stopped if s is not None]
+    assert stopped and all("polyak step exploded" in s.reason for s in stopped)
+    for k, prob in enumerate(problems):
+        one = al.train(prob, np.zeros((1, 2, 2)), 40, method="polyak", lr=1.0)
+        assert many.stopped[k] == one.stopped[0]
+
+
+def test_train_many_per_problem_step_sizes_and_initialisations():
+    prob = al.datasets.single_input()
+    lrs = np.array([0.05, 0.1, 0.2])
+    theta0 = np.array([[0.0, 1.0, 0.0], [0.0, -1.0, 0.0], [1.0, 0.0, 0.0]])
+    many = al.train_many([prob] * 3, 50, "ngd", lrs, record=np.array([0, 50]), theta0=theta0)
+    for k in range(3):
+        one = al.train(prob, theta0[k], 50, method="ngd", lr=lrs[k], record_every=50)
+        assert np.allclose(many.theta[-1, k], one.final[0], rtol=1e-12)
+    assert np.allclose(many.lr, lrs)
+
+
+def test_train_many_rejects_bad_input():
+    a = al.datasets.random_tokens(n=3, T=4, d=3, seed=0)
+    b = al.datasets.random_tokens(n=3, T=4, d=4, seed=0)
+    with pytest.raises(ValueError, match="must share n, T, parameter shape"):
+        al.train_many([a, b], 10)
+    with pytest.raises(ValueError, match="non-empty"):
+        al.train_many([], 10)
+    with pytest.raises(ValueError, match="method"):
+        al.train_many([a], 10, method="adam")
+    with pytest.raises(ValueError, match="lr"):
+        al.train_many([a], 10, lr=-1.0)
+    with pytest.raises(ValueError, match="lr"):
+        al.train_many([a, a], 10, lr=[0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="record"):
+        al.train_many([a], 10, record=np.array([0, 20]))
+    with pytest.raises(ValueError, match="record"):
+        al.train_many([a], 10, record=np.array([5, 3]))
+    with pytest.raises(ValueError, match="theta0"):
+        al.train_many([a], 10, theta0=np.zeros((2, 3, 3)))
+    exp = al.datasets.random_tokens(n=3, T=4, d=3, seed=0, loss="exponential")
+    with pytest.raises(ValueError, match="loss"):
+        al.train_many([a, exp], 10)
+
+
+def test_log_steps():
+    steps = al.log_steps(1000, per_decade=10)
+    assert steps[0] == 0 and steps[-1] == 1000 and np.all(np.diff(steps) > 0)
+    assert np.issubdtype(steps.dtype, np.integer)
+    assert 25 <= len(steps) <= 40
+    with pytest.raises(ValueError):
+        al.log_steps(0)
+    with pytest.raises(ValueError):
+        al.log_steps(10, per_decade=0)
+
+
+def test_curves_match_the_metrics():
+    problems = _random_problems(3, family="global", d=4)
+    solutions = [al.max_margin(p) for p in problems]
+    solutions[1] = None  # an infeasible W-SVM: its columns must be NaN, not computed
+    traj = al.train_many(problems, 100, "ngd", 0.2, record=np.array([0, 50, 100]))
+    out = al.curves(problems, traj, solutions)
+    assert set(out) == set(al.rates.CURVES)
+    assert all(v.shape == (3, 3) for v in out.values())
+    assert np.all(np.isnan(out["direction_error"][:, 1])) and np.all(np.isnan(out["margin_gap"][:, 1]))
+    k = 2
+    W = traj.theta[-1, k]
+    assert out["direction_error"][-1, k] == pytest.approx(al.direction_error(W, solutions[k].theta))
+    assert out["margin_gap"][-1, k] == pytest.approx(solutions[k].margin - al.normalized_margin(problems[k], W))
+    log_mass = np.max(al.log_one_minus_mass(problems[k], W))
+    assert out["log_mass"][-1, k] == pytest.approx(log_mass)
+    assert out["sparsity_rate"][-1, k] == pytest.approx(-log_mass / np.linalg.norm(W))
+    assert out["selects_opt"][-1, k] == 1.0
+    with pytest.raises(ValueError, match="solutions"):
+        al.curves(problems, traj, solutions[:2])
