@@ -48,29 +48,13 @@ def image_slider(
 
     Returns an ``ipywidgets.VBox`` (slider, readout, pictures); display it as the cell's output.
     """
-    import ipywidgets as widgets
-
     values = list(values)
     if not values:
         raise ValueError("values must hold at least one slider position")
     if not 0 <= start < len(values):
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
-    images = [widgets.Image(value=figure_png(draw(v), dpi=dpi), format="png") for v in values]
-    stack = widgets.Stack(images, selected_index=start)
-    slider = widgets.IntSlider(
-        value=start,
-        min=0,
-        max=len(values) - 1,
-        description=description,
-        readout=False,
-        continuous_update=True,
-        style={"description_width": "initial"},
-        layout=widgets.Layout(width="420px"),
-    )
-    labels = widgets.Stack([widgets.HTML(f"<b>{format_value(v)}</b>") for v in values], selected_index=start)
-    widgets.jslink((slider, "value"), (stack, "selected_index"))
-    widgets.jslink((slider, "value"), (labels, "selected_index"))
-    return widgets.VBox([widgets.HBox([slider, labels]), stack])
+    pngs = [figure_png(draw(v), dpi=dpi) for v in values]
+    return _png_slider(pngs, [format_value(v) for v in values], description, start)
 
 
 def animation(fig, update: Callable[[int], object], frames: int, interval: int = 80, embed_limit_mb: float = 30.0):
