@@ -48,11 +48,13 @@ format: setup
 
 # papermill executes the notebooks of _toc.yml that changed into _build/stage, then Jupyter Book
 # renders the staged copy (execution off, warnings as errors) into _build/html.
+# One BLAS thread per kernel: two notebooks run at once on two cores, and BLAS threads fighting over
+# them made chapters twice as slow (benchmarks/book_profile.py).
 book: setup assets
-	$(PY) -m attnlib book --jobs $(JOBS)
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m attnlib book --jobs $(JOBS)
 
 test: setup lint assets browser book
-	MPLBACKEND=Agg $(PY) -m pytest -q $(PYTEST_ARGS)
+	MPLBACKEND=Agg OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/run.py

@@ -54,7 +54,7 @@ STAGE_DIR = f"{BUILD_DIR}/stage"
 FAILED_DIR = f"{BUILD_DIR}/failed"
 RENDER_STAMP = f"{BUILD_DIR}/html.stamp"
 # Besides the notebook itself, what an execution's result depends on.
-EXECUTION_INPUTS = ("attnlib/*.py", "requirements.txt", "constraints.txt")
+EXECUTION_INPUTS = ("attnlib/*.py", "requirements.txt", "constraints.txt", "benchmarks/results/*.json")
 # What the site serves from node_modules (npm ci, versions pinned in package-lock.json): source -> stage.
 VENDORED_ASSETS = {
     "mathjax/es5/tex-mml-chtml.js": "_vendor/mathjax/tex-mml-chtml.js",

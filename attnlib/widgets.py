@@ -58,7 +58,7 @@ def image_slider(
 
 
 def animation(fig, update: Callable[[int], object], frames: int, interval: int = 80, embed_limit_mb: float = 30.0):
-    """A matplotlib animation as self-contained HTML (``to_jshtml``): plays without a kernel.
+    """A matplotlib animation as self-contained HTML (the ``to_jshtml`` player): plays without a kernel.
 
     Args:
         fig: the figure to animate; ``update(frame)`` redraws it for frame ``frame``.
@@ -66,18 +66,29 @@ def animation(fig, update: Callable[[int], object], frames: int, interval: int =
         interval: milliseconds between frames.
 
     Returns an ``IPython.display.HTML`` object.
+
+    Drives matplotlib's ``HTMLWriter`` directly: ``FuncAnimation.to_jshtml`` writes the same HTML
+    but draws every frame twice on a non-interactive canvas.
     """
+    import tempfile
+    from pathlib import Path
+
     import matplotlib.pyplot as plt
     from IPython.display import HTML
-    from matplotlib import animation as mpl_animation
+    from matplotlib.animation import HTMLWriter
 
-    plt.rcParams["animation.embed_limit"] = embed_limit_mb
-    anim = mpl_animation.FuncAnimation(fig, update, frames=frames, interval=interval)
-    html = anim.to_jshtml(default_mode="once")
+    writer = HTMLWriter(fps=1000.0 / interval, embed_frames=True, default_mode="once", embed_limit=embed_limit_mb)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "animation.html"
+        with writer.saving(fig, out, dpi=fig.dpi):
+            for k in range(frames):
+                update(k)
+                writer.grab_frame()
+        html = out.read_text()
     plt.close(fig)
-    # to_jshtml links a Font Awesome stylesheet on a CDN; the book's theme already ships the
+    # The player links a Font Awesome stylesheet on a CDN; the book's theme already ships the
     # icons, and offline the request fails with a console error.
-    html = re.sub(r'<link rel="stylesheet"\s+href="https://maxcdn[^>]*>', "", html)
+    html = re.sub(r'<link rel="stylesheet"\s+href="https?://[^>]*>', "", html)
     return HTML(html)
 
 
@@ -144,32 +155,7 @@ def path_animation(
             ax.set_title(title(int(steps[r])))
         return lines + heads
 
-    return _jshtml(fig, update, frames=len(index), interval=interval)
-
-
-def _jshtml(fig, update: Callable[[int], object], frames: int, interval: int = 80, embed_limit_mb: float = 30.0):
-    """Same HTML as :func:`animation`, drawing each frame once.
-
-    ``FuncAnimation.to_jshtml`` draws every frame twice on a non-interactive canvas (``draw_idle``
-    after the update, then ``savefig``); driving matplotlib's ``HTMLWriter`` directly halves the cost.
-    """
-    import tempfile
-    from pathlib import Path
-
-    import matplotlib.pyplot as plt
-    from IPython.display import HTML
-    from matplotlib.animation import HTMLWriter
-
-    writer = HTMLWriter(fps=1000.0 / interval, embed_frames=True, default_mode="once", embed_limit=embed_limit_mb)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "animation.html"
-        with writer.saving(fig, out, dpi=fig.dpi):
-            for k in range(frames):
-                update(k)
-                writer.grab_frame()
-        html = out.read_text()
-    plt.close(fig)
-    return HTML(html)
+    return animation(fig, update, frames=len(index), interval=interval)
 
 
 def _png_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, start: int):

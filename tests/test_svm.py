@@ -5,6 +5,7 @@ import pytest
 from scipy.optimize import nnls
 
 import attnlib as al
+import attnlib.svm
 
 
 def least_distance(G, h):
@@ -170,3 +171,58 @@ def test_enumeration_refuses_huge_problems():
 def test_bad_svm_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         al.max_margin(al.datasets.single_input(), **kwargs)
+
+
+# The exact NNLS fast path of max_margin against cvxpy (solver="cvxpy"), the independent solve.
+def _solve_both(prob, select, relax):
+    out = []
+    for solver in ("auto", "cvxpy"):
+        try:
+            out.append(al.max_margin(prob, select, relax=relax, solver=solver))
+        except al.InfeasibleError:
+            out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("size", [(6, 8, 10), (3, 5, 4), (5, 5, 3)])
+def test_frobenius_fast_path_matches_cvxpy(seed, size):
+    """The NNLS least-distance solve gives cvxpy's answer, its neighbours and its infeasibility verdicts."""
+    prob = al.datasets.random_tokens(*size, seed=seed)
+    rng = np.random.default_rng(seed)
+    for select in (prob.opt, rng.integers(0, prob.T, size=prob.n)):
+        fast, ref = _solve_both(prob, select, relax=None)
+        assert (fast is None) == (ref is None)
+        if ref is None:
+            continue
+        scale = np.linalg.norm(ref.theta)
+        np.testing.assert_allclose(fast.theta, ref.theta, atol=1e-6 * scale)
+        assert fast.margin == pytest.approx(ref.margin, rel=1e-6)
+        assert fast.status == "optimal"
+        # The fast solve meets every constraint (exactly, up to rounding, on the active ones).
+        off = np.ones((prob.n, prob.T), bool)
+        off[np.arange(prob.n), select] = False
+        assert fast.constraint_values[off].min() >= 1 - 1e-9
+        # Active sets agree except where cvxpy's own accuracy blurs a constraint across ACTIVE_TOL.
+        differ = fast.neighbors != ref.neighbors
+        assert np.all(np.abs(ref.constraint_values[differ] - 1) < 1e-5)
+
+
+def test_frobenius_fast_path_relaxed_rows_and_label_svm():
+    prob = al.datasets.random_tokens(4, 5, 8, seed=3)
+    fast, ref = _solve_both(prob, prob.opt, relax=[1, 2])
+    np.testing.assert_allclose(fast.theta, ref.theta, atol=1e-6 * np.linalg.norm(ref.theta))
+    assert fast.relax.tolist() == ref.relax.tolist()
+    sv = al.label_svm([[1.0, 1.0], [1.0, -1.0], [0.5, 1.0]], [1, -1, 1])
+    np.testing.assert_allclose(sv.v, [0.0, 1.0], atol=1e-12)
+    assert sv.support.tolist() == [True, True, True]
+
+
+def test_fast_path_falls_back_to_cvxpy_when_infeasible():
+    # Two samples that need opposite directions: infeasible; the NNLS solve declines and cvxpy decides.
+    X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[-1.0, 0.0], [0.0, 0.0]]])
+    prob = al.prompt_attention(X, [1, 1], v=[1.0, 0.0])
+    G = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    assert attnlib.svm._least_distance(G, np.ones(2)) is None
+    with pytest.raises(al.InfeasibleError):
+        al.max_margin(prob, select=np.array([1, 1]))
