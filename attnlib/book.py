@@ -24,6 +24,7 @@ import argparse
 import fcntl
 import hashlib
 import json
+import math
 import re
 import shutil
 import string
@@ -286,8 +287,19 @@ def execute_all(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
 
 
 def _format_value(value) -> str:
+    """Four significant digits, except that a value close to ±1 keeps its distance from it visible
+    (a cosine of 0.99998 must not read as 1).
+
+    >>> _format_value(0.9999818), _format_value(0.08965), _format_value(1.0), _format_value(3)
+    ('0.9999818', '0.08965', '1', '3')
+    """
     if isinstance(value, float) and not isinstance(value, bool):
-        return f"{value:.4g}"
+        text = f"{value:.4g}"
+        if value != 0 and float(text) != value and abs(abs(value) - 1) < 1e-3:
+            gap = abs(abs(value) - 1)
+            digits = min(15, 2 - int(math.floor(math.log10(gap))) + 2) if gap > 0 else 4
+            text = f"{value:.{digits}f}".rstrip("0")
+        return text
     return str(value)
 
 
