@@ -24,6 +24,7 @@ from .metrics import (
     log_one_minus_mass,
     normalized_margin,
     one_minus_cosine,
+    orthogonal_offset,
     selection_mass,
 )
 from .model import (
@@ -68,6 +69,7 @@ __all__ = [
     "log_one_minus_mass",
     "normalized_margin",
     "one_minus_cosine",
+    "orthogonal_offset",
     "selection_mass",
     "JointAttention",
     "TokenSelectionProblem",

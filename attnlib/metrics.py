@@ -14,6 +14,7 @@ __all__ = [
     "cosine",
     "one_minus_cosine",
     "direction_error",
+    "orthogonal_offset",
     "normalized_margin",
     "selection_mass",
     "log_one_minus_mass",
@@ -54,6 +55,24 @@ def direction_error(theta, direction) -> np.ndarray:
     """``‖θ/‖θ‖ − d/‖d‖‖`` (Frobenius for matrices): (*batch,)."""
     unit, d = _unit_pair(theta, direction)
     return np.linalg.norm(unit - d, axis=-1)
+
+
+def orthogonal_offset(theta, direction) -> np.ndarray:
+    """Distance of ``θ`` from the line spanned by ``d``: ``‖θ − ⟨θ, d̂⟩ d̂‖``, (*batch,).
+
+    Directional convergence leaves this offset bounded while ‖θ‖ grows, so
+    ``1 − cos ≈ offset² / (2‖θ‖²)`` (THEORY §10.11): tolerances on cosines are set from it.
+
+    >>> import attnlib as al
+    >>> float(al.orthogonal_offset([[3.0, 0.5]], [1.0, 0.0])[0])
+    0.5
+    """
+    direction = np.asarray(direction, float)
+    theta = np.asarray(theta, float)
+    _unit_pair(theta, direction)  # validates the trailing shape
+    flat = theta.reshape(theta.shape[: theta.ndim - direction.ndim] + (-1,))
+    unit = direction.ravel() / np.linalg.norm(direction)
+    return np.linalg.norm(flat - (flat @ unit)[..., None] * unit, axis=-1)
 
 
 def _select(prob: TokenSelectionProblem, select) -> np.ndarray:
