@@ -14,19 +14,8 @@ are two constructors of it, and the SVMs, optimizers and metrics serve both.
 True
 """
 
-from . import datasets, plots, widgets
-from .checks import CHECK_MIME, Check, Checks, check_parameter
+# The problem: logits linear in the parameter, fixed token scores, a decreasing loss.
 from .losses import LOSSES, Loss, get_loss
-from .metrics import (
-    cosine,
-    direction_error,
-    fit_slope,
-    log_one_minus_mass,
-    normalized_margin,
-    one_minus_cosine,
-    orthogonal_offset,
-    selection_mass,
-)
 from .model import (
     JointAttention,
     ProblemStack,
@@ -36,7 +25,9 @@ from .model import (
     stack_problems,
     token_selection,
 )
-from .optim import METHODS, JointTrajectory, Stop, Trajectory, train, train_joint
+from .rates import CROSS_ENTROPY, Reduced, logistic_regression, reduce_to_span
+
+# The max-margin programs: ATT-SVM (p, W; Frobenius or nuclear), the label SVM, local optimality.
 from .svm import (
     ACTIVE_TOL,
     InfeasibleError,
@@ -50,16 +41,70 @@ from .svm import (
     max_margin,
 )
 
+# Training: GD, normalised GD and Polyak over batches of initialisations and of problems.
+from .optim import METHODS, JointTrajectory, Stop, Trajectory, train, train_joint
+from .rates import train_many
+
+# Measuring a trajectory against the theory.
+from .metrics import (
+    cosine,
+    direction_error,
+    fit_slope,
+    log_one_minus_mass,
+    normalized_margin,
+    one_minus_cosine,
+    orthogonal_offset,
+    selection_mass,
+)
+from .joint import angle_degrees
+from .rates import curves, log_steps
+
+# Data: the papers' instances by name and the seeded random families.
+from . import datasets
+from .digits import DigitPatches, digit_patches, fit_patch_head
+from .joint import random_joint_tokens
+from .rates import separable_data
+
+# Experiment objects: regularization paths, basin maps, joint SVM pairs.
+from .paths import (
+    NonlinearHeadAttention,
+    RegularizationPath,
+    factor_grad,
+    log_gap_grad,
+    nonlinear_head,
+    regularization_path,
+)
+from .basins import BasinMap, basin_map, classify_motion
+from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
+
+# Figures, and the book's machinery (checks, parameters, explorers, run, sweep, build).
+from . import book, plots, rates
+from .book import (
+    CHECK_MIME,
+    STATUSES,
+    Check,
+    Checks,
+    boolean,
+    check_parameter,
+    integer,
+    list_of,
+    one_of,
+    real,
+    text,
+    validate,
+    widgets,
+)
+
 __version__ = "0.1.0"
 
 __all__ = [
     "datasets",
     "plots",
+    "rates",
+    "book",
     "widgets",
-    "CHECK_MIME",
-    "Check",
     "Checks",
-    "check_parameter",
+    "validate",
     "LOSSES",
     "Loss",
     "get_loss",
@@ -72,11 +117,11 @@ __all__ = [
     "orthogonal_offset",
     "selection_mass",
     "JointAttention",
-    "TokenSelectionProblem",
     "ProblemStack",
-    "stack_problems",
+    "TokenSelectionProblem",
     "prompt_attention",
     "self_attention",
+    "stack_problems",
     "token_selection",
     "METHODS",
     "JointTrajectory",
@@ -94,45 +139,15 @@ __all__ = [
     "label_svm",
     "locally_optimal_selections",
     "max_margin",
-]
-
-# Chapter modules add their public names in their own block below (one block per module).
-# --- paths (chapter 2) ---
-from .paths import (  # noqa: E402
-    NonlinearHeadAttention,
-    RegularizationPath,
-    factor_grad,
-    log_gap_grad,
-    nonlinear_head,
-    regularization_path,
-)
-
-__all__ += [
     "NonlinearHeadAttention",
     "RegularizationPath",
     "factor_grad",
     "log_gap_grad",
     "nonlinear_head",
     "regularization_path",
-]
-# --- end paths ---
-# --- basins (chapter 3) ---
-from .basins import BasinMap, basin_map, classify_motion  # noqa: E402
-
-__all__ += ["BasinMap", "basin_map", "classify_motion"]
-# --- end basins ---
-# --- joint (chapter 4) ---
-from .joint import (  # noqa: E402
-    ALIGNMENT_CLASSES,
-    JointSVMs,
-    angle_degrees,
-    balanced_direction,
-    classify_alignment,
-    joint_svms,
-    random_joint_tokens,
-)
-
-__all__ += [
+    "BasinMap",
+    "basin_map",
+    "classify_motion",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",
@@ -140,23 +155,6 @@ __all__ += [
     "classify_alignment",
     "joint_svms",
     "random_joint_tokens",
-]
-# --- end joint ---
-# --- rates (chapter 5) ---
-from . import rates  # noqa: E402
-from .rates import (  # noqa: E402
-    CROSS_ENTROPY,
-    Reduced,
-    curves,
-    log_steps,
-    logistic_regression,
-    reduce_to_span,
-    separable_data,
-    train_many,
-)
-
-__all__ += [
-    "rates",
     "CROSS_ENTROPY",
     "Reduced",
     "curves",
@@ -165,11 +163,17 @@ __all__ += [
     "reduce_to_span",
     "separable_data",
     "train_many",
+    "DigitPatches",
+    "digit_patches",
+    "fit_patch_head",
+    "CHECK_MIME",
+    "STATUSES",
+    "Check",
+    "boolean",
+    "check_parameter",
+    "integer",
+    "list_of",
+    "one_of",
+    "real",
+    "text",
 ]
-# --- end rates ---
-
-# --- digits (chapter 6) ---
-from .digits import DigitPatches, digit_patches, fit_patch_head  # noqa: E402
-
-__all__ += ["DigitPatches", "digit_patches", "fit_patch_head"]
-# --- end digits ---

@@ -20,11 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     # Each command's module is imported only when asked for (papermill stays lazy in all of them).
     if command == "run":
-        from .run import main as command_main
+        from .book.run import main as command_main
     elif command == "sweep":
-        from .sweep import main as command_main
+        from .book.sweep import main as command_main
     elif command == "book":
-        from .book import main as command_main
+        from .book.build import main as command_main
     else:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """Shared fixtures: the book's notebooks executed once per test run, and the built site.
 
-Both go through :mod:`attnlib.book`, the code path of ``make book``: a notebook is executed only
+Both go through :mod:`attnlib.book.build`, the code path of ``make book``: a notebook is executed only
 when it, attnlib or the requirements changed since its last successful execution, so after
 ``make book`` (which ``make test`` runs first) nothing is executed again here.
 """
@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 @pytest.fixture(scope="session")
 def executed_book():
     """``{notebook (relative Path): ExecutionResult}`` for every notebook of ``_toc.yml``."""
-    from attnlib import book
+    from attnlib.book import build as book
 
     return {result.notebook: result for result in book.execute_all(ROOT, jobs=2)}
 
@@ -26,7 +26,7 @@ def executed_book():
 @pytest.fixture(scope="session")
 def built_site(executed_book):
     """The rendered site, ``_build/html`` (built if anything changed since the last build)."""
-    from attnlib import book
+    from attnlib.book import build as book
 
     if not (ROOT / "node_modules").is_dir():
         pytest.fail("node_modules is missing: run `make assets` (npm ci) or `make book` first")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlib import book
+from attnlib.book import build as book
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -103,12 +103,22 @@ def test_claims_table_lists_every_check(tmp_path):
     checks = [
         {"name": "final_cosine", "value": 0.99912345, "criterion": ">= 0.999", "passed": True, "description": ""},
         {"name": "mass", "value": 1, "criterion": "== 1", "passed": False, "description": "softmax mass $\\to 1$"},
+        {
+            "name": "tied",
+            "value": 0.5,
+            "criterion": "<= 0.1",
+            "status": "not applicable",
+            "passed": None,
+            "description": "a tie",
+            "reason": "two SVMs tie",
+        },
     ]
     summary = {"notebook": "x", "parameters": {}, "status": "ok", "error": None, "duration_s": 1.0, "checks": checks}
     (staged / "parameters.json").write_text(json.dumps(summary))
     table = book.claims_table(tmp_path)
-    assert table.startswith("**1 of 2 checks pass**")
-    assert "{doc}`/notebooks/parameters`**: 1 of 2 checks pass." in table  # one heading line per chapter
+    assert table.startswith("**1 of 3 checks pass, 1 not applicable, 1 failed**")
+    assert "{doc}`/notebooks/parameters`**: 1 of 3 checks pass, 1 not applicable, 1 failed." in table
+    assert "not applicable (two SVMs tie)" in table  # one heading line per chapter
     # no description: the name; a value this close to 1 keeps its distance from 1 visible
     assert "`final_cosine`" in table and "`0.99912345`" in table
     assert "\\>\\= 0\\.999" in table  # criteria are shown as typed, not as markdown (">" would be a quote)

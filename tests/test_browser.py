@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlib import book
+from attnlib.book import build as book
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / book.BUILD_DIR / "screenshots"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlib import run
+from attnlib.book import run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -158,6 +158,8 @@ def test_help_and_import_without_jupyter():
         [sys.executable, "-m", "attnlib", "run", "--help"], capture_output=True, text=True, check=False
     )
     assert completed.returncode == 0 and "-p NAME VALUE" in completed.stdout
-    probe = "import sys, attnlib, attnlib.run, attnlib.book; assert 'papermill' not in sys.modules; print('ok')"
+    probe = (
+        "import sys, attnlib, attnlib.book.run, attnlib.book.build; assert 'papermill' not in sys.modules; print('ok')"
+    )
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert completed.stdout.strip() == "ok", completed.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlib.run import UsageError
-from attnlib.sweep import grid_points, main, parse_grid, run_sweep
+from attnlib.book.run import UsageError
+from attnlib.book.sweep import grid_points, main, parse_grid, run_sweep
 
 FIXTURE = Path(__file__).parent / "fixtures" / "parameters.ipynb"
 DEFAULTS = {"steps": 3, "scale": 0.5, "label": "a"}
@@ -52,7 +52,7 @@ def test_sweep_end_to_end_keeps_failures_and_resumes(tmp_path):
     first = run_sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)
     assert [r["status"] for r in first.rows] == ["ok", "ok", "failed", "failed"]
     assert "parameter 'steps' must be an int >= 1" in first.rows[2]["error"]
-    assert first.rows[0]["steps_seen"] == 1 and first.rows[0]["steps_seen_passed"] is True
+    assert first.rows[0]["steps_seen"] == 1 and first.rows[0]["steps_seen_status"] == "passed"
     table = json.loads(first.json_path.read_text())
     assert len(table["rows"]) == 4 and first.csv_path.read_text().count("\n") == 5
     done = sorted(tmp_path.glob("points/steps=1_*.json"))

@@ -5,7 +5,7 @@
 1. **Stage** the book source under ``_build/stage/``: ``_config.yml``, ``_toc.yml``, ``book/``, and
    the browser assets (MathJax, require.js, the widget manager) copied from ``node_modules/`` into
    ``_build/stage/_vendor/`` (served by the site itself, so it works offline).
-2. **Execute** every notebook listed in ``_toc.yml`` with :func:`attnlib.run.execute_notebook` (the
+2. **Execute** every notebook listed in ``_toc.yml`` with :func:`attnlib.book.run.execute_notebook` (the
    run command's code path) into ``_build/stage/notebooks/``, two at a time. A notebook is
    re-executed only when it, ``attnlib/*.py``, ``requirements.txt`` or ``constraints.txt`` changed:
    a content hash of those is stamped beside the executed copy (``X.stamp``), written last. A failed
@@ -36,7 +36,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checks import NOT_APPLICABLE, PASSED, count_statuses, describe_counts, status_of
 from .run import execute_notebook, summary_path
+
+_VERDICTS = {"passed": "pass", "failed": "**FAIL**", "not applicable": "not applicable"}
 
 __all__ = [
     "BookError",
@@ -55,7 +58,7 @@ STAGE_DIR = f"{BUILD_DIR}/stage"
 FAILED_DIR = f"{BUILD_DIR}/failed"
 RENDER_STAMP = f"{BUILD_DIR}/html.stamp"
 # Besides the notebook itself, what an execution's result depends on.
-EXECUTION_INPUTS = ("attnlib/*.py", "requirements.txt", "constraints.txt", "benchmarks/results/*.json")
+EXECUTION_INPUTS = ("attnlib/**/*.py", "requirements.txt", "constraints.txt", "benchmarks/results/*.json")
 # What the site serves from node_modules (npm ci, versions pinned in package-lock.json): source -> stage.
 VENDORED_ASSETS = {
     "mathjax/es5/tex-mml-chtml.js": "_vendor/mathjax/tex-mml-chtml.js",
@@ -190,15 +193,20 @@ class ExecutionResult:
     checks_passed: int
     checks_total: int
     error: str | None = None
+    checks_not_applicable: int = 0
+
+    @property
+    def checks_failed(self) -> int:
+        return self.checks_total - self.checks_passed - self.checks_not_applicable
 
     @property
     def ok(self) -> bool:
-        return self.status != "failed" and self.checks_passed == self.checks_total
+        return self.status != "failed" and self.checks_failed == 0
 
     @property
     def reason(self) -> str:
         """Why it is not ok: the exception, or how many checks failed."""
-        return self.error or f"{self.checks_total - self.checks_passed} checks failed"
+        return self.error or f"{self.checks_failed} checks failed"
 
 
 def _staged(root: Path, notebook: Path) -> tuple[Path, Path]:
@@ -220,9 +228,10 @@ def _result(notebook: Path, summary: dict, status: str) -> ExecutionResult:
         notebook=notebook,
         status=status,
         duration_s=float(summary.get("duration_s", 0.0)),
-        checks_passed=sum(bool(check.get("passed")) for check in checks),
+        checks_passed=count_statuses(checks)[PASSED],
         checks_total=len(checks),
         error=summary.get("error"),
+        checks_not_applicable=count_statuses(checks)[NOT_APPLICABLE],
     )
 
 
@@ -244,7 +253,7 @@ def _execute_one(root: Path, notebook: Path, digest: str) -> ExecutionResult:
         summary_path(executed).unlink(missing_ok=True)
     result = _result(notebook, summary, summary["status"])
     if result.status == "ok":
-        _log(f"[ok] {notebook} in {result.duration_s:.1f} s, {result.checks_passed}/{result.checks_total} checks pass")
+        _log(f"[ok] {notebook} in {result.duration_s:.1f} s, {describe_counts(summary['checks'])}")
     else:
         _log(
             f"[FAILED] {notebook} after {result.duration_s:.1f} s: {result.error}\n"
@@ -314,9 +323,8 @@ def _plain(text: str) -> str:
 
 
 def _chapter_claims(notebook: Path, checks: list[dict]) -> list[str]:
-    passed = sum(bool(check["passed"]) for check in checks)
     lines = [
-        f"**{{doc}}`/{notebook.with_suffix('').as_posix()}`**: {passed} of {len(checks)} checks pass.",
+        f"**{{doc}}`/{notebook.with_suffix('').as_posix()}`**: {describe_counts(checks)}.",
         "",
     ]
     if not checks:
@@ -338,7 +346,8 @@ def _chapter_claims(notebook: Path, checks: list[dict]) -> list[str]:
             f"* - {' '.join(check.get('description', '').split()) or _code(check['name'])}",
             f"  - {_plain(check['criterion'])}",
             f"  - {_code(_format_value(check['value']))}",
-            f"  - {'pass' if check['passed'] else '**FAIL**'}",
+            f"  - {_VERDICTS[status_of(check)]}"
+            + (f" ({_plain(check['reason'])})" if status_of(check) == NOT_APPLICABLE else ""),
         ]
     return lines + ["```", ""]
 
@@ -346,18 +355,17 @@ def _chapter_claims(notebook: Path, checks: list[dict]) -> list[str]:
 def claims_table(root: Path | str = ".") -> str:
     """The claims tables (MyST markdown): every check of every executed chapter, from its summary."""
     root = Path(root).resolve()
-    lines, total, passed = [], 0, 0
+    lines, every = [], []
     for notebook in toc_notebooks(root):
         executed, _ = _staged(root, notebook)
         if not summary_path(executed).exists():
             raise BookError(f"{notebook} has no executed summary in {STAGE_DIR}: execute it first")
         checks = json.loads(summary_path(executed).read_text(encoding="utf-8"))["checks"]
-        total += len(checks)
-        passed += sum(bool(check["passed"]) for check in checks)
+        every += checks
         lines += _chapter_claims(notebook, checks)
-    if not total:
+    if not every:
         return "No chapter has recorded a check yet.\n"
-    header = f"**{passed} of {total} checks pass**, generated from the executed notebooks when the book was built."
+    header = f"**{describe_counts(every)}**, generated from the executed notebooks when the book was built."
     return "\n".join([header, "", *lines])
 
 

@@ -2,7 +2,7 @@
 
     python -m attnlib sweep notebooks/04_joint_training.ipynb --grid seed=0:3 --grid lr=0.05,0.1 --jobs 2
 
-Each point is executed with :func:`attnlib.run.execute_notebook` (the same path as ``run`` and the
+Each point is executed with :func:`attnlib.book.run.execute_notebook` (the same path as ``run`` and the
 book) into ``OUT/points/<name>.ipynb`` with its JSON summary beside it, and the whole sweep is
 collected into ``OUT/results.csv`` and ``OUT/results.json``: one row per point with its
 parameters, status, error, duration and every recorded check (value and verdict).
@@ -40,13 +40,14 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from .book import execution_digest
+from .build import execution_digest
+from .checks import status_of
 from .run import EXIT_FAILED, EXIT_USAGE, UsageError, _write_json_atomically, execute_notebook, notebook_parameters
 from .run import parse_value as _parse_literal
 
 __all__ = ["SweepPoint", "SweepResult", "parse_grid", "grid_points", "run_sweep", "main"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _split_values(text: str) -> list[str]:
@@ -76,7 +77,7 @@ _RANGE = re.compile(r"^(-?\d+):(-?\d+)(?::(\d+))?$")
 def parse_grid(specs: Iterable[str], defaults: dict) -> dict[str, list]:
     """Parse ``NAME=V1,V2,...`` and ``NAME=A:B[:STEP]`` (integers A to B *inclusive*) specs.
 
-    Raises :class:`~attnlib.run.UsageError` for a malformed spec, an unknown or repeated name, or an
+    Raises :class:`~attnlib.book.run.UsageError` for a malformed spec, an unknown or repeated name, or an
     empty range, naming the spec and the valid parameter names.
 
     >>> parse_grid(["seed=0:3", "loss=logistic,linear"], {"seed": 0, "loss": "logistic", "lr": 0.1})
@@ -176,7 +177,7 @@ def _row(point: SweepPoint, summary: dict | None) -> dict:
     row.update(status=summary["status"], error=summary["error"], duration_s=summary["duration_s"])
     for check in summary.get("checks", []):
         row[check["name"]] = check["value"]
-        row[f"{check['name']}_passed"] = check["passed"]
+        row[f"{check['name']}_status"] = status_of(check)
     return row
 
 

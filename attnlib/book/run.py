@@ -10,7 +10,8 @@
        "status": "ok",                                 # or "failed"
        "error": null,                                  # or "ValueError: parameter 'steps' must be ..."
        "duration_s": 12.3,
-       "checks": [{"name": ..., "value": ..., "criterion": ..., "passed": ..., "description": ...}]}
+       "checks": [{"name": ..., "value": ..., "criterion": ..., "status": "passed",  # or "failed",
+                   "passed": true, "description": ..., "reason": ""}]}       # "not applicable" (passed null)
 
 Parameter names are checked against the notebook's ``parameters``-tagged cell *before* a kernel
 starts (papermill itself only warns about an unknown name and runs anyway). The checks are the
@@ -18,7 +19,7 @@ records that :class:`attnlib.Checks` emits as outputs of MIME type :data:`attnli
 are collected even when a later cell failed.
 
 ``python -m attnlib run NOTEBOOK -p NAME VALUE ... -o OUT.ipynb`` is the command-line face of it
-(:func:`main`); ``make book`` calls the same function for every chapter (:mod:`attnlib.book`).
+(:func:`main`); ``make book`` calls the same function for every chapter (:mod:`attnlib.book.build`).
 papermill is imported only when a notebook is executed, so attnlib imports without Jupyter.
 
 >>> parse_value("1000"), parse_value("0.1"), parse_value("logistic"), parse_value("[1, 2]")
@@ -35,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from .checks import CHECK_MIME
+from .checks import CHECK_MIME, describe_counts, status_of
 
 __all__ = [
     "UsageError",
@@ -49,7 +50,7 @@ __all__ = [
 
 KERNEL_NAME = "python3"
 # The committed chapter notebooks: never an output of a run.
-SOURCE_NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+SOURCE_NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 
 EXIT_FAILED = 1  # the notebook ran and raised (a bad value, a failed check, a bug)
 EXIT_USAGE = 2  # refused before any kernel started (unknown parameter, bad output path), as argparse does
@@ -280,10 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    passed = sum(bool(c.get("passed")) for c in summary["checks"])
-    checks = f"{passed}/{len(summary['checks'])} checks pass"
-    if summary["status"] == "ok" and passed < len(summary["checks"]):  # a notebook that forgot assert_all
-        failed = ", ".join(c["name"] for c in summary["checks"] if not c.get("passed"))
+    checks = describe_counts(summary["checks"])
+    failed = ", ".join(c["name"] for c in summary["checks"] if status_of(c) == "failed")
+    if summary["status"] == "ok" and failed:  # a notebook that forgot assert_all
         print(f"error: the notebook ran, but checks failed: {failed} ({checks}); see {output}", file=sys.stderr)
         return EXIT_FAILED
     if summary["status"] != "ok":

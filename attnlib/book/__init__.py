@@ -1,0 +1,32 @@
+"""The book's machinery, apart from the mathematics.
+
+- :mod:`.checks`: a chapter's claims, each passed, failed or not applicable;
+- :mod:`.params`: a chapter's parameters declared once and validated;
+- :mod:`.widgets`: explorers that work in the static site;
+- :mod:`.run`: one parameterised papermill run and its JSON summary (``python -m attnlib run``);
+- :mod:`.sweep`: grids of runs on a process pool or Dask (``python -m attnlib sweep``);
+- :mod:`.build`: stage, execute what changed, render the site (``python -m attnlib book``).
+
+``run``, ``sweep`` and ``build`` import papermill and Jupyter Book only when they execute, so
+``import attnlib`` works without Jupyter.
+"""
+
+from . import widgets
+from .checks import CHECK_MIME, STATUSES, Check, Checks
+from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
+
+__all__ = [
+    "widgets",
+    "CHECK_MIME",
+    "STATUSES",
+    "Check",
+    "Checks",
+    "boolean",
+    "check_parameter",
+    "integer",
+    "list_of",
+    "one_of",
+    "real",
+    "text",
+    "validate",
+]
