@@ -261,7 +261,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "-o",
-        "--output",
+        "--out",
+        "--output",  # the older spelling, kept as an alias
+        dest="output",
         type=Path,
         help="the executed notebook to write (default: NOTEBOOK's name with .out.ipynb, in the current folder)",
     )

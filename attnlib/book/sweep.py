@@ -343,7 +343,7 @@ def _parse_args(argv):
         "repeat for several parameters (Cartesian product)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="points run at once (default 1)")
-    parser.add_argument("--out", help="output folder (default _build/sweeps/NOTEBOOK)")
+    parser.add_argument("-o", "--out", help="output folder (default _build/sweeps/NOTEBOOK)")
     parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
