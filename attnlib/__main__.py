@@ -2,11 +2,12 @@
 
 import sys
 
-USAGE = """usage: python -m attnlib {run,sweep,book} ...
+USAGE = """usage: python -m attnlib {run,sweep,robustness,book} ...
 
 commands:
   run    execute a notebook with parameters changed:  run NOTEBOOK -p NAME VALUE ... -o OUT.ipynb
   sweep  execute a notebook over a grid of parameters:  sweep NOTEBOOK --grid NAME=V1,V2 ... --jobs N
+  robustness  sweep every theorem chapter over fresh seeds into book/robustness/:  robustness --seeds A:B
   book   execute the book's notebooks (only those that changed) and build the site in _build/html
 
 python -m attnlib COMMAND --help describes each command."""
@@ -23,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
         from .book.run import main as command_main
     elif command == "sweep":
         from .book.sweep import main as command_main
+    elif command == "robustness":
+        from .book.robustness import main as command_main
     elif command == "book":
         from .book.build import main as command_main
     else:

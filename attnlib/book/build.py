@@ -133,14 +133,40 @@ def toc_notebooks(root: Path) -> list[Path]:
     return notebooks
 
 
-def execution_digest(root: Path, notebook: Path) -> str:
-    """A hash of everything an execution of ``notebook`` depends on (its bytes, attnlib, the pins)."""
+def declared_dependencies(root: Path, notebook: Path) -> list[Path]:
+    """What ``notebook`` reads or runs besides attnlib: the globs of its ``attnlib.depends_on`` metadata.
+
+    A page that sweeps another chapter (the sweeps page runs the joint-training notebook) or reads
+    other pages' summaries or committed tables declares them in its notebook metadata::
+
+        "metadata": {"attnlib": {"depends_on": ["notebooks/04_joint_training.ipynb"]}}
+
+    Matches are paths relative to ``root``, sorted; the notebook itself is never its own dependency.
+    """
+    meta = json.loads((root / notebook).read_text(encoding="utf-8")).get("metadata", {}).get("attnlib", {})
+    patterns = meta.get("depends_on", [])
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise BookError(f"{notebook}: metadata attnlib.depends_on must be a list of glob strings, got {patterns!r}")
+    found = {path.relative_to(root) for pattern in patterns for path in root.glob(pattern) if path.is_file()}
+    return sorted(found - {notebook})
+
+
+def execution_digest(root: Path, notebook: Path, _seen: frozenset = frozenset()) -> str:
+    """A hash of everything an execution of ``notebook`` depends on: its bytes, attnlib, the pins,
+    and (recursively) its declared dependencies, so a change to a swept chapter re-executes the page
+    that sweeps it."""
     digest = hashlib.sha256()
     inputs = [notebook] + sorted(path.relative_to(root) for pattern in EXECUTION_INPUTS for path in root.glob(pattern))
     for relative in inputs:
         digest.update(relative.as_posix().encode() + b"\0")
         digest.update((root / relative).read_bytes() if (root / relative).exists() else b"<missing>")
         digest.update(b"\0")
+    for dependency in declared_dependencies(root, notebook):
+        digest.update(b"depends on " + dependency.as_posix().encode() + b"\0")
+        if dependency.suffix == ".ipynb" and dependency not in _seen:
+            digest.update(execution_digest(root, dependency, _seen | {notebook}).encode())
+        else:
+            digest.update((root / dependency).read_bytes())
     return digest.hexdigest()
 
 
@@ -280,18 +306,30 @@ def execute_all(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
                 pending.append((notebook, digest))
         (root / STAGE_DIR).mkdir(parents=True, exist_ok=True)
         if pending:
+            # A notebook starts once the notebooks it depends on that are also pending have finished
+            # (the performance page reads the other chapters' fresh summaries).
+            waits_for = {
+                notebook: {d for d in declared_dependencies(root, notebook) if d in dict(pending)}
+                for notebook, _ in pending
+            }
             # Worker processes, even for one notebook: this process stays free to report progress.
             with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(pending)))) as pool:
                 started = time.perf_counter()
-                futures = {pool.submit(_execute_one, root, notebook, digest): notebook for notebook, digest in pending}
-                running = set(futures)
-                while running:
-                    _, running = wait(running, timeout=HEARTBEAT_S, return_when=FIRST_COMPLETED)
-                    if running:
-                        names = ", ".join(sorted(futures[future].stem for future in running))
+                queue, done, futures = list(pending), set(), {}
+                while queue or futures:
+                    for notebook, digest in [item for item in queue if waits_for[item[0]] <= done]:
+                        queue.remove((notebook, digest))
+                        futures[pool.submit(_execute_one, root, notebook, digest)] = notebook
+                    if not futures:
+                        raise BookError(f"circular attnlib.depends_on among {[n for n, _ in queue]}")
+                    finished, _ = wait(set(futures), timeout=HEARTBEAT_S, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        notebook = futures.pop(future)
+                        results[notebook] = future.result()
+                        done.add(notebook)
+                    if futures and not finished:
+                        names = ", ".join(sorted(n.stem for n in futures.values()))
                         _log(f"[running] {names} ({time.perf_counter() - started:.0f} s so far)")
-                for future, notebook in futures.items():
-                    results[notebook] = future.result()
         return [results[notebook] for notebook in notebooks]
 
 

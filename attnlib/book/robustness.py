@@ -1,0 +1,235 @@
+"""Every theorem chapter rerun over seeds it never ran: how often each claim passes.
+
+    python -m attnlib robustness --seeds 1000:1099 --jobs 2            # what `make robustness` runs
+    python -m attnlib robustness --seeds 1000:1099 --backend dask      # on a local Dask cluster
+
+Each chapter is swept with :func:`attnlib.book.sweep.run_sweep` (resumable, one papermill run per
+seed) into ``_build/robustness/<chapter>``; the outcome of every check at every seed is then written
+to a small committed table, ``book/robustness/<chapter>.csv`` (long format: one row per seed and
+check), with ``book/robustness/sweep.json`` recording the commit, the date, the seeds and the wall
+time. The book's robustness page reads those files, so it shows the sweep without rerunning it.
+
+>>> rows = [{"check": "a", "status": "passed"}, {"check": "a", "status": "failed"},
+...         {"check": "b", "status": "not applicable"}]
+>>> [(r["check"], r["passed"], r["failed"], r["not applicable"]) for r in check_rates(rows)]
+[('a', 1, 1, 0), ('b', 0, 0, 1)]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .checks import FAILED, STATUSES, status_of
+from .run import EXIT_USAGE, UsageError
+from .sweep import PROJECT_ROOT, run_sweep
+
+__all__ = ["THEOREM_CHAPTERS", "check_rates", "chapter_outcomes", "main", "read_table", "run_robustness"]
+
+THEOREM_CHAPTERS = (
+    "01_global_convergence",
+    "02_regularization_path",
+    "03_local_convergence",
+    "04_joint_training",
+    "05_fast_rates",
+    "06_real_tokens",
+)
+TABLE_DIR = Path("book/robustness")
+COLUMNS = ("chapter", "seed", "point_status", "check", "value", "status", "reason")
+ERROR_CHECK = "(notebook error)"  # the row of a point that raised before or outside its checks
+
+
+def _rows_of_point(chapter: str, seed: int, summary: dict) -> list[dict]:
+    rows = []
+    for check in summary.get("checks", []):
+        rows.append(
+            {
+                "chapter": chapter,
+                "seed": seed,
+                "point_status": summary["status"],
+                "check": check["name"],
+                "value": check["value"],
+                "status": status_of(check),
+                "reason": check.get("reason", ""),
+            }
+        )
+    failed_checks = any(r["status"] == FAILED for r in rows)
+    if summary["status"] != "ok" and not failed_checks:  # an exception that is not a failed check
+        rows.append(
+            {
+                "chapter": chapter,
+                "seed": seed,
+                "point_status": summary["status"],
+                "check": ERROR_CHECK,
+                "value": "",
+                "status": FAILED,
+                "reason": summary.get("error") or "",
+            }
+        )
+    return rows
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(buffer.getvalue(), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_table(path: str | os.PathLike) -> list[dict]:
+    """The rows of a committed robustness table (values as text, seeds as ints)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["seed"] = int(row["seed"])
+    return rows
+
+
+def check_rates(rows: list[dict]) -> list[dict]:
+    """Per check, in order of first appearance: how many seeds passed, failed, were not applicable."""
+    table: dict[str, dict] = {}
+    for row in rows:
+        entry = table.setdefault(row["check"], {"check": row["check"], **dict.fromkeys(STATUSES, 0), "reasons": set()})
+        entry[row["status"]] += 1
+        if row["status"] != "passed" and row.get("reason"):
+            entry["reasons"].add(row["reason"])
+    return list(table.values())
+
+
+def chapter_outcomes(rows: list[dict]) -> dict[str, int]:
+    """Seeds on which the chapter was ok (no failed check, no error), and seeds in all."""
+    seeds = sorted({row["seed"] for row in rows})
+    bad = {row["seed"] for row in rows if row["status"] == FAILED}
+    return {"seeds": len(seeds), "ok": len(seeds) - len(bad), "failed_seeds": sorted(bad)}
+
+
+def _commit(root: Path) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "attnlib", "notebooks"], cwd=root, capture_output=True)
+        return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def run_robustness(
+    seeds: list[int],
+    chapters=THEOREM_CHAPTERS,
+    jobs: int = 2,
+    backend: str = "local",
+    scheduler: str | None = None,
+    root: str | os.PathLike = PROJECT_ROOT,
+    table_dir: str | os.PathLike | None = None,
+    fixed: dict | None = None,
+    progress: bool = True,
+) -> dict:
+    """Sweep every chapter over ``seeds``; write its table and the sweep's record; return the record.
+
+    ``fixed`` holds parameter values applied to every chapter that defines them (for cheap test
+    runs); the committed tables are made with each chapter's defaults.
+    """
+    root = Path(root)
+    unknown = [c for c in chapters if not (root / "notebooks" / f"{c}.ipynb").exists()]
+    if unknown:
+        raise UsageError(f"unknown chapters {unknown}; choose among {', '.join(THEOREM_CHAPTERS)}")
+    if not seeds:
+        raise UsageError("seeds must not be empty")
+    table_dir = root / TABLE_DIR if table_dir is None else Path(table_dir)
+    table_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "commit": _commit(root),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "seeds": [min(seeds), max(seeds)],
+        "seed_count": len(seeds),
+        "backend": backend if scheduler is None else f"dask ({scheduler})",
+        "jobs": jobs,
+        "chapters": {},
+    }
+    from .run import notebook_parameters
+
+    for chapter in chapters:
+        notebook = root / "notebooks" / f"{chapter}.ipynb"
+        known = notebook_parameters(notebook) or {}
+        grid = {"seed": list(seeds), **{k: [v] for k, v in (fixed or {}).items() if k in known}}
+        start = time.perf_counter()
+        result = run_sweep(
+            notebook,
+            grid,
+            out=root / "_build" / "robustness" / chapter,
+            jobs=jobs,
+            backend=backend,
+            scheduler=scheduler,
+            progress=progress,
+        )
+        rows = []
+        for point in result.rows:
+            summary_file = result.csv_path.parent / "points" / f"{point['point']}.json"
+            summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+            if summary is None:
+                summary = {"status": "failed", "error": point.get("error") or "no summary", "checks": []}
+            rows += _rows_of_point(chapter, point["seed"], summary)
+        _write_csv(table_dir / f"{chapter}.csv", rows)
+        record["chapters"][chapter] = {
+            "wall_s": round(time.perf_counter() - start, 1),
+            **chapter_outcomes(rows),
+        }
+        _log(f"[robustness] {chapter}: ok on {record['chapters'][chapter]['ok']} of {len(seeds)} seeds")
+    (table_dir / "sweep.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _parse_seeds(text: str) -> list[int]:
+    try:
+        if ":" in text:
+            first, last = (int(part) for part in text.split(":"))
+            seeds = list(range(first, last + 1))
+        else:
+            seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--seeds must be A:B (inclusive) or a comma list of integers, got {text!r}") from None
+    if not seeds:
+        raise UsageError(f"--seeds {text!r} is an empty range")
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlib robustness", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="1000:1099", help="A:B (inclusive) or a comma list (default 1000:1099)")
+    parser.add_argument("--chapters", default=",".join(THEOREM_CHAPTERS), help="comma list of chapter notebooks")
+    parser.add_argument("--jobs", type=int, default=2, help="points run at once (default 2)")
+    parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")
+    parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
+    parser.add_argument("-o", "--out", help=f"folder of the tables (default {TABLE_DIR})")
+    args = parser.parse_args(argv)
+    try:
+        if args.jobs < 1:
+            raise UsageError(f"--jobs must be a positive integer, got {args.jobs}")
+        record = run_robustness(
+            _parse_seeds(args.seeds),
+            chapters=[c.strip().removesuffix(".ipynb") for c in args.chapters.split(",") if c.strip()],
+            jobs=args.jobs,
+            backend=args.backend,
+            scheduler=args.scheduler,
+            table_dir=args.out,
+        )
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    bad = {c: r["failed_seeds"] for c, r in record["chapters"].items() if r["failed_seeds"]}
+    print(json.dumps(record["chapters"], indent=2))
+    return 1 if bad else 0
