@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 JOBS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup assets browser lint format book test bench lock clean
+.PHONY: setup assets browser lint format book test bench robustness lock clean
 
 setup: $(STAMP)
 
@@ -58,6 +58,13 @@ test: setup lint assets browser book
 
 bench: setup
 	$(PY) benchmarks/run.py
+
+# Every theorem chapter swept over fresh seeds; refreshes the committed tables in book/robustness/
+# that the robustness page shows. SEEDS=A:B, BACKEND=local|dask. Resumes an interrupted run.
+SEEDS ?= 1000:1099
+BACKEND ?= local
+robustness: setup
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m attnlib robustness --seeds $(SEEDS) --jobs $(JOBS) --backend $(BACKEND)
 
 # Freeze the whole resolved environment after changing requirements.txt.
 lock: setup

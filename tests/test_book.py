@@ -40,9 +40,12 @@ def test_chapter_executes_and_every_check_passes(executed_book, notebook):
     failed_copy = ROOT / book.FAILED_DIR / notebook.name
     assert result.status != "failed", f"{notebook} failed: {result.error} (executed copy: {failed_copy})"
     summary = json.loads((ROOT / book.STAGE_DIR / notebook).with_suffix(".json").read_text(encoding="utf-8"))
-    failed = [f"{c['name']} = {c['value']!r} ({c['criterion']})" for c in summary["checks"] if not c["passed"]]
+    failed = [f"{c['name']} = {c['value']!r} ({c['criterion']})" for c in summary["checks"] if c["passed"] is False]
     assert not failed, f"{notebook}: failed checks: {failed}"
     assert summary["checks"], f"{notebook} recorded no check (use attnlib.Checks)"
+    # At its default parameters a chapter is inside its theorems' hypotheses: nothing is "not applicable".
+    not_applicable = [f"{c['name']}: {c['reason']}" for c in summary["checks"] if c["status"] == "not applicable"]
+    assert not not_applicable, f"{notebook}: not applicable at the defaults: {not_applicable}"
 
 
 @pytest.mark.notebook
@@ -62,6 +65,29 @@ def test_execution_digest_follows_the_notebook_attnlib_and_the_pins(tmp_path):
         changed = book.execution_digest(tmp_path, Path("chapter.ipynb"))
         assert changed != first, f"changing {path} must trigger a new execution"
         first = changed
+
+
+def test_execution_digest_follows_declared_dependencies(tmp_path):
+    """A page that sweeps another chapter, or reads committed tables, is re-executed when they change."""
+
+    def notebook(name, depends_on=None):
+        meta = {"attnlib": {"depends_on": depends_on}} if depends_on else {}
+        (tmp_path / name).write_text(json.dumps({"cells": [], "metadata": meta}))
+
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "a.csv").write_text("x\n1\n")
+    notebook("swept.ipynb")
+    notebook("sweeps.ipynb", ["swept.ipynb", "tables/*.csv"])
+    first = book.execution_digest(tmp_path, Path("sweeps.ipynb"))
+    assert book.declared_dependencies(tmp_path, Path("sweeps.ipynb")) == [Path("swept.ipynb"), Path("tables/a.csv")]
+    for path, text in [("swept.ipynb", '{"cells": [1], "metadata": {}}'), ("tables/a.csv", "x\n2\n")]:
+        (tmp_path / path).write_text(text)
+        changed = book.execution_digest(tmp_path, Path("sweeps.ipynb"))
+        assert changed != first, f"changing {path} must re-execute the page that depends on it"
+        first = changed
+    notebook("bad.ipynb", "swept.ipynb")
+    with pytest.raises(book.BookError, match="depends_on must be a list"):
+        book.execution_digest(tmp_path, Path("bad.ipynb"))
 
 
 def _mini_book(root: Path, chapters: list[str]) -> None:

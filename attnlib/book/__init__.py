@@ -13,6 +13,7 @@
 
 from . import widgets
 from .checks import CHECK_MIME, STATUSES, Check, Checks
+from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "STATUSES",
     "Check",
     "Checks",
+    "find_upwards",
     "boolean",
     "check_parameter",
     "integer",
