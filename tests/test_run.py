@@ -106,8 +106,10 @@ def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path):
             "name": "steps_seen",
             "value": 7,
             "criterion": ">= 1",
+            "status": "passed",
             "passed": True,
             "description": "the steps parameter arrived",
+            "reason": "",
         }
     ]
     executed = json.loads(out.read_text())

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checks import NOT_APPLICABLE, PASSED, count_statuses, describe_counts, status_of
+from .files import log as _log
 from .run import execute_notebook, summary_path
 
 _VERDICTS = {"passed": "pass", "failed": "**FAIL**", "not applicable": "not applicable"}
@@ -73,10 +74,6 @@ WIDGET_FONT_SUFFIXES = (".woff2", ".woff", ".ttf", ".eot", ".svg")
 
 class BookError(RuntimeError):
     """The book cannot be built: a missing file, a failed notebook, a failed render."""
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 _lock_depth = 0  # re-entrant within a process: build() holds the lock while it calls execute_all()

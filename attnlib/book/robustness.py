@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 from .checks import FAILED, STATUSES, status_of
+from .files import log as _log
+from .files import write_atomically, write_json_atomically
 from .run import EXIT_USAGE, UsageError
 from .sweep import PROJECT_ROOT, run_sweep
 
@@ -82,9 +84,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(buffer.getvalue(), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, buffer.getvalue())
 
 
 def read_table(path: str | os.PathLike) -> list[dict]:
@@ -185,12 +185,8 @@ def run_robustness(
             **chapter_outcomes(rows),
         }
         _log(f"[robustness] {chapter}: ok on {record['chapters'][chapter]['ok']} of {len(seeds)} seeds")
-    (table_dir / "sweep.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_json_atomically(table_dir / "sweep.json", record)
     return record
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _parse_seeds(text: str) -> list[int]:

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from .checks import CHECK_MIME, describe_counts, status_of
+from .files import write_json_atomically
 
 __all__ = [
     "UsageError",
@@ -145,12 +146,6 @@ def collect_checks(executed: dict) -> list[dict]:
     return checks
 
 
-def _write_json_atomically(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _describe_error(exc: BaseException) -> str:
     ename = getattr(exc, "ename", None)  # papermill.PapermillExecutionError carries the notebook's exception
     if ename:
@@ -236,7 +231,7 @@ def execute_notebook(
         "duration_s": round(duration, 2),
         "checks": checks,
     }
-    _write_json_atomically(summary_path(destination), summary)
+    write_json_atomically(summary_path(destination), summary)
     return summary
 
 

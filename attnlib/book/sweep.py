@@ -42,7 +42,9 @@ from pathlib import Path
 
 from .build import execution_digest
 from .checks import status_of
-from .run import EXIT_FAILED, EXIT_USAGE, UsageError, _write_json_atomically, execute_notebook, notebook_parameters
+from .files import log as _log
+from .files import write_atomically, write_json_atomically
+from .run import EXIT_FAILED, EXIT_USAGE, UsageError, execute_notebook, notebook_parameters
 from .run import parse_value as _parse_literal
 
 __all__ = ["SweepPoint", "SweepResult", "parse_grid", "grid_points", "run_sweep", "main"]
@@ -166,7 +168,7 @@ def _run_point(notebook: str, point: SweepPoint) -> dict:
             "duration_s": None,
             "checks": [],
         }
-        _write_json_atomically(point.summary, summary)
+        write_json_atomically(point.summary, summary)
         return summary
 
 
@@ -203,10 +205,8 @@ def _write_tables(out: Path, notebook: str, grid: dict, rows: list[dict]) -> tup
     writer.writeheader()
     writer.writerows(rows)
     csv_path, json_path = out / "results.csv", out / "results.json"
-    tmp = csv_path.with_name(f".results.{os.getpid()}.csv")
-    tmp.write_text(buffer.getvalue())
-    os.replace(tmp, csv_path)
-    _write_json_atomically(json_path, {"notebook": notebook, "grid": grid, "rows": rows})
+    write_atomically(csv_path, buffer.getvalue())
+    write_json_atomically(json_path, {"notebook": notebook, "grid": grid, "rows": rows})
     return csv_path, json_path
 
 
@@ -315,10 +315,6 @@ def run_sweep(
         rows = [_row(p, summaries[p.key]) for p in points]
         csv_path, json_path = _write_tables(out, str(notebook), grid, rows)
     return SweepResult(rows, csv_path, json_path)
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _parse_args(argv):
