@@ -37,8 +37,12 @@ def random_problem(seed, n, T, d):
     return al.prompt_attention(rng.normal(size=(n, T, d)), rng.choice([-1, 1], n), rng.normal(size=d))
 
 
+# solver="cvxpy" (an interior-point solve of the QP) against the test's own Lawson-Hanson
+# least-distance solve: two independent methods. solver="auto" is the library's NNLS fast path,
+# which is also checked against cvxpy below.
+@pytest.mark.parametrize("solver", ["cvxpy", "auto"])
 @pytest.mark.parametrize("seed", range(8))
-def test_att_svm_matches_least_distance_solve(seed):
+def test_att_svm_matches_least_distance_solve(seed, solver):
     # d = 6 against n(T-1) = 12 rows: some instances are feasible, some are not.
     prob = random_problem(seed, n=4, T=4, d=6)
     rng = np.random.default_rng(100 + seed)
@@ -47,9 +51,9 @@ def test_att_svm_matches_least_distance_solve(seed):
         reference = least_distance(G, h)
         if reference is None:
             with pytest.raises(al.InfeasibleError, match="infeasible for selection"):
-                al.max_margin(prob, select)
+                al.max_margin(prob, select, solver=solver)
             continue
-        sol = al.max_margin(prob, select)
+        sol = al.max_margin(prob, select, solver=solver)
         assert sol.status == "optimal"
         np.testing.assert_allclose(sol.theta, reference, atol=1e-7)
         assert np.all(G @ sol.theta >= 1 - 1e-8)
@@ -65,10 +69,11 @@ def test_feasible_and_infeasible_instances_both_occur():
     assert verdicts == {True, False}
 
 
-def test_relaxed_rows_match_least_distance_solve():
+@pytest.mark.parametrize("solver", ["cvxpy", "auto"])
+def test_relaxed_rows_match_least_distance_solve(solver):
     prob = random_problem(3, n=4, T=3, d=8)
     G, h = constraint_rows(prob, prob.opt, relax=(1, 2))
-    sol = al.max_margin(prob, relax=[1, 2])
+    sol = al.max_margin(prob, relax=[1, 2], solver=solver)
     np.testing.assert_allclose(sol.theta, least_distance(G, h), atol=1e-7)
     assert sol.relax.tolist() == [False, True, True, False]
 
@@ -81,10 +86,11 @@ def test_neighbors_agree_with_positive_duals():
     assert not np.any(sol.neighbors[np.arange(prob.n), sol.select])
 
 
-def test_self_attention_frobenius_svm_matches_least_distance():
+@pytest.mark.parametrize("solver", ["cvxpy", "auto"])
+def test_self_attention_frobenius_svm_matches_least_distance(solver):
     prob = al.datasets.random_tokens(n=3, T=4, d=5, seed=0)
     G, h = constraint_rows(prob, prob.opt)
-    sol = al.max_margin(prob)
+    sol = al.max_margin(prob, solver=solver)
     np.testing.assert_allclose(sol.theta.ravel(), least_distance(G, h), atol=1e-7)
 
 
