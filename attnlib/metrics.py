@@ -19,6 +19,7 @@ __all__ = [
     "selection_mass",
     "log_one_minus_mass",
     "fit_slope",
+    "offset_exponent",
 ]
 
 
@@ -133,3 +134,31 @@ def fit_slope(x, y, log_x: bool = True, log_y: bool = True) -> tuple[float, floa
         raise ValueError("fit_slope needs at least two finite points on the chosen axes")
     slope, intercept = np.polyfit(xs[ok], ys[ok], 1)
     return float(slope), float(intercept)
+
+
+def offset_exponent(theta_from, theta_to, direction) -> np.ndarray:
+    """How the orthogonal offset grows with the norm between two iterates: (*batch,).
+
+    .. math::
+
+        e = \\frac{\\log\\big(\\mathrm{off}(\\theta_{to}) / \\mathrm{off}(\\theta_{from})\\big)}
+                 {\\log\\big(\\lVert\\theta_{to}\\rVert / \\lVert\\theta_{from}\\rVert\\big)},
+        \\qquad \\mathrm{off}(\\theta) = \\lVert\\theta - \\langle\\theta, \\hat d\\rangle \\hat d\\rVert .
+
+    Directional convergence to ``direction`` with a bounded offset ([MMTS]) gives ``e → 0``; a
+    trajectory heading for a fixed wrong direction has an offset proportional to its norm, ``e → 1``.
+    So ``1 − cos ≈ off²/(2‖θ‖²)`` falls like ``‖θ‖^(2e − 2)``. ``theta_from``, ``theta_to``:
+    (*batch, *shape), the later iterate of larger norm; ``direction``: (*shape).
+
+    >>> import numpy as np, attnlib as al
+    >>> d = np.array([1.0, 0.0])
+    >>> al.offset_exponent([[10.0, 2.0], [10.0, 2.0]], [[40.0, 2.0], [40.0, 8.0]], d).round(6).tolist()
+    [0.0, 1.0]
+    """
+    a = orthogonal_offset(theta_from, direction)
+    b = orthogonal_offset(theta_to, direction)
+    flat_a = np.asarray(theta_from, float).reshape(np.shape(a) + (-1,))
+    flat_b = np.asarray(theta_to, float).reshape(np.shape(b) + (-1,))
+    growth = np.log(np.linalg.norm(flat_b, axis=-1) / np.linalg.norm(flat_a, axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(b / a) / growth
