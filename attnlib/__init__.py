@@ -52,6 +52,7 @@ from .metrics import (
     fit_slope,
     log_one_minus_mass,
     normalized_margin,
+    offset_equilibrium,
     offset_exponent,
     one_minus_cosine,
     orthogonal_offset,
@@ -59,6 +60,7 @@ from .metrics import (
 )
 from .joint import angle_degrees
 from .rates import curves, log_steps
+from .rates import half_decade_slopes, inverse_log_vs_power
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
@@ -75,8 +77,9 @@ from .paths import (
     nonlinear_head,
     regularization_path,
 )
-from .basins import BasinMap, basin_map, classify_motion
+from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
+from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
 
 # Figures, and the book's machinery (checks, parameters, explorers, run, sweep, build).
 from . import book, plots, rates
@@ -94,6 +97,7 @@ from .book import (
     text,
     validate,
     widgets,
+    explorer,
 )
 
 __version__ = "0.1.0"
@@ -106,6 +110,7 @@ __all__ = [
     "widgets",
     "Checks",
     "validate",
+    "explorer",
     "LOSSES",
     "Loss",
     "get_loss",
@@ -118,6 +123,7 @@ __all__ = [
     "orthogonal_offset",
     "selection_mass",
     "offset_exponent",
+    "offset_equilibrium",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",
@@ -150,6 +156,8 @@ __all__ = [
     "BasinMap",
     "basin_map",
     "classify_motion",
+    "cone_starts",
+    "selection_table",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",
@@ -157,6 +165,9 @@ __all__ = [
     "classify_alignment",
     "joint_svms",
     "random_joint_tokens",
+    "RandomJointRuns",
+    "offset_tolerance",
+    "random_joint_runs",
     "CROSS_ENTROPY",
     "Reduced",
     "curves",
@@ -165,6 +176,8 @@ __all__ = [
     "reduce_to_span",
     "separable_data",
     "train_many",
+    "half_decade_slopes",
+    "inverse_log_vs_power",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",

@@ -1,6 +1,6 @@
-"""Chapter 5: fast rates of normalised GD and the Polyak step against GD [FAST] (THEORY §8).
+"""Fast rates of normalised GD and the Polyak step against GD [FAST], and the pieces they need.
 
-Three reusable pieces, all built on the library's one problem type:
+Reusable pieces, all built on the library's one problem type:
 
 - :func:`logistic_regression`: linear logistic regression on separable data, the prototype of
   implicit bias (Soudry et al. 2018), *as a token-selection problem*: two tokens per sample
@@ -16,8 +16,9 @@ Three reusable pieces, all built on the library's one problem type:
 - :func:`train_many`: GD, NGD or Polyak on *several problems at once* (one trajectory per
   problem, e.g. one per seed), with the same update, stopping rules and stop reasons as
   :func:`attnlib.train`, which batches initialisations of a single problem.
-
-:func:`curves` measures a trajectory of :func:`train_many` against each problem's max-margin solution.
+- :func:`curves` measures a trajectory of :func:`train_many` against each problem's max-margin
+  solution; :func:`inverse_log_vs_power` and :func:`half_decade_slopes` test slow asymptotic
+  shapes (``1/log t``, ``log t``) with power.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ __all__ = [
     "log_steps",
     "train_many",
     "curves",
+    "ShapeFit",
+    "inverse_log_vs_power",
+    "half_decade_slopes",
 ]
 
 
@@ -270,7 +274,7 @@ def curves(
     traj: Trajectory,
     solutions: Sequence[MaxMarginSolution | None],
 ) -> dict[str, np.ndarray]:
-    """The chapter's metrics of each problem's trajectory, as (R, S) arrays.
+    """The rate metrics of each problem's trajectory, as (R, S) arrays.
 
     Keys: ``direction_error`` ``‖W_t/‖W_t‖ − W_mm/‖W_mm‖‖``; ``one_minus_corr``; ``margin_gap``
     ``1/‖W_mm‖ − γ(W_t)``; ``log_mass`` ``log max_i(1 − σ_i,opt)`` (log space: it underflows
@@ -297,3 +301,96 @@ def curves(
                 out["one_minus_corr"][:, s] = one_minus_cosine(theta, sol.theta)
                 out["margin_gap"][:, s] = sol.margin - normalized_margin(prob, theta)
     return out
+
+
+# ---------------------------------------------------------------------------------- slow shapes
+@dataclass(frozen=True)
+class ShapeFit:
+    """Two two-parameter fits of a decaying error, residuals on the scale ``log err``.
+
+    Attributes:
+        rms_inverse_log: RMS residual of ``err ≈ 1/(a + b log t)``.
+        rms_power: RMS residual of the best power law ``err ≈ c t^−p``.
+        exponent: the fitted ``p``.
+        residual_inverse_log, residual_power: (R,) the residuals ``log err − log fit``.
+    """
+
+    rms_inverse_log: float
+    rms_power: float
+    exponent: float
+    residual_inverse_log: np.ndarray
+    residual_power: np.ndarray
+
+    @property
+    def ratio(self) -> float:
+        """``rms_power / rms_inverse_log``: above 1, the ``1/log t`` model fits better."""
+        return self.rms_power / self.rms_inverse_log if self.rms_inverse_log > 0 else float("inf")
+
+
+def inverse_log_vs_power(t, err) -> ShapeFit:
+    """Fit ``err(t)`` by ``1/(a + b log t)`` and by a power law ``c t^−p``; compare their residuals.
+
+    Both models have two parameters and both fits are linear least squares: ``1/err`` against
+    ``log t`` for the first, ``log err`` against ``log t`` for the second. Their residuals are
+    measured on the same scale, ``log err``. GD's direction error on separable problems behaves like
+    ``c/log t`` (Soudry et al. 2018; ``θ_t = θ_mm log t + ρ_t`` with a bounded offset ``ρ_t``): on a
+    window of several decades of ``t``, the straight line of a power law on log-log axes cannot
+    follow the curvature ``1/log² t`` of ``log err``, and leaves clearly larger residuals.
+
+    Args: ``t`` (R,) positive steps, ``err`` (R,) positive errors (e.g. log-spaced records).
+    Returns a :class:`ShapeFit`. Where the fitted ``a + b log t`` is not positive on the window, the
+    ``1/log t`` model does not apply and its residual is infinite.
+
+    >>> import numpy as np, attnlib as al
+    >>> t = np.logspace(2, 5, 40)
+    >>> fit = al.inverse_log_vs_power(t, 2.0 / np.log(3.0 * t))
+    >>> bool(fit.rms_inverse_log < 1e-12 < fit.rms_power), round(fit.exponent, 3)
+    (True, 0.113)
+    >>> fit = al.inverse_log_vs_power(t, 5.0 * t**-0.1)
+    >>> bool(fit.rms_power < 1e-12 < fit.rms_inverse_log), fit.ratio < 1e-9
+    (True, True)
+    """
+    t = np.asarray(t, float)
+    err = np.asarray(err, float)
+    if t.shape != err.shape or t.ndim != 1 or t.size < 3:
+        raise ValueError(f"t and err must be 1-D of equal length >= 3, got {t.shape} and {err.shape}")
+    if not (np.all(t > 0) and np.all(err > 0) and np.all(np.isfinite(err))):
+        raise ValueError("t and err must be positive and finite")
+    x, y = np.log(t), np.log(err)
+    design = np.stack([np.ones_like(x), x], axis=1)
+    power = np.linalg.lstsq(design, y, rcond=None)[0]
+    res_pow = y - design @ power
+    inv = design @ np.linalg.lstsq(design, 1.0 / err, rcond=None)[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        res_log = np.where(inv > 0, y + np.log(np.where(inv > 0, inv, 1.0)), np.inf)
+    rms = [float(np.sqrt(np.mean(r**2))) for r in (res_log, res_pow)]
+    return ShapeFit(rms[0], rms[1], float(-power[1]), res_log, res_pow)
+
+
+def half_decade_slopes(t, y) -> tuple[float, float]:
+    """Slopes of ``y`` against ``log t`` over the last two half-decades of ``t``.
+
+    With ``t_end = t[-1]``, the last window is ``[t_end/√10, t_end]`` and the one before
+    ``[t_end/10, t_end/√10]`` (both ends included). For ``y = ‖θ_t‖`` under GD the slope tends to
+    ``‖θ_mm‖`` (``‖θ_t‖ = ‖θ_mm‖ log t + O(1)``); the change between the two windows measures how far
+    the slope still drifts. Needs at least two records in each window (log-spaced records:
+    :func:`log_steps`).
+
+    Returns ``(slope_last, slope_previous)``.
+
+    >>> import numpy as np, attnlib as al
+    >>> t = al.log_steps(10_000)[1:]
+    >>> [round(s, 6) for s in al.half_decade_slopes(t, 3.0 * np.log(t) + 1.0)]
+    [3.0, 3.0]
+    """
+    t = np.asarray(t, float)
+    y = np.asarray(y, float)
+    if t.shape != y.shape or t.ndim != 1:
+        raise ValueError(f"t and y must be 1-D of equal length, got {t.shape} and {y.shape}")
+    end = t[-1]
+    last = t >= end / np.sqrt(10.0) * (1 - 1e-12)
+    prev = (t >= end / 10.0 * (1 - 1e-12)) & (t <= end / np.sqrt(10.0) * (1 + 1e-12))
+    if last.sum() < 2 or prev.sum() < 2 or np.any(t[last | prev] <= 0):
+        raise ValueError("need at least two positive steps in each of the last two half-decades of t")
+    slope = [float(np.polyfit(np.log(t[w]), y[w], 1)[0]) for w in (last, prev)]
+    return slope[0], slope[1]

@@ -215,3 +215,40 @@ def test_curves_match_the_metrics():
     assert out["selects_opt"][-1, k] == 1.0
     with pytest.raises(ValueError, match="solutions"):
         al.curves(problems, traj, solutions[:2])
+
+
+# ---------------------------------------------------------------------------------- slow shapes
+def test_inverse_log_vs_power_tells_the_two_shapes_apart():
+    t = al.log_steps(100_000)[1:].astype(float)
+    window = t >= 1000
+    inverse_log = al.inverse_log_vs_power(t[window], 1.5 / (2.0 + 0.8 * np.log(t[window])))
+    assert inverse_log.rms_inverse_log < 1e-12 and inverse_log.ratio > 1e6
+    assert inverse_log.residual_power.shape == (window.sum(),)
+    power = al.inverse_log_vs_power(t[window], 4.0 * t[window] ** -0.07)
+    assert power.rms_power < 1e-12 and power.ratio < 1e-6 and power.exponent == pytest.approx(0.07)
+    # A 1/log t curve with a slowly drifting numerator (a bounded offset still moving) still fits
+    # the 1/log t model far better than any power law over two decades.
+    drift = (1.0 + 0.1 * np.log(np.log(t[window]))) / np.log(t[window])
+    assert al.inverse_log_vs_power(t[window], drift).ratio > 2
+
+
+def test_inverse_log_vs_power_rejects_bad_input_and_flags_a_negative_denominator():
+    with pytest.raises(ValueError, match="positive"):
+        al.inverse_log_vs_power([1.0, 2.0, 3.0], [1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="length"):
+        al.inverse_log_vs_power([1.0, 2.0], [1.0, 0.5])
+    t = np.logspace(0, 2, 10)
+    rising = np.exp(np.log(t) ** 2)  # 1/err falls faster than any line in log t: the fit turns negative
+    assert al.inverse_log_vs_power(t, rising).rms_inverse_log == np.inf
+
+
+def test_half_decade_slopes():
+    t = al.log_steps(10_000)[1:].astype(float)
+    last, prev = al.half_decade_slopes(t, 2.5 * np.log(t) - 1.0)
+    assert last == pytest.approx(2.5) and prev == pytest.approx(2.5)
+    # y = log t + 3 log log t: the slope 1 + 3/log t drifts down from one half-decade to the next.
+    last, prev = al.half_decade_slopes(t, np.log(t) + 3 * np.log(np.log(t)))
+    assert 1 < last < prev
+    assert last == pytest.approx(1 + 3 / np.log(10_000 / 10**0.25), rel=0.02)
+    with pytest.raises(ValueError, match="half-decades"):
+        al.half_decade_slopes(np.array([1.0, 10.0, 100.0]), np.zeros(3))
