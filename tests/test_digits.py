@@ -138,3 +138,31 @@ def test_patch_images_draws_one_axes_montage():
     assert ax.images[0].get_array().shape == (2 * (8 + 2 + 3) - 2, 3 * (8 + 2) - 2)
     al.plots.patch_images(ax, data.images[0], data.patch, boxes=1)  # a single image
     plt.close(fig)
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_w_svm_at_least_as_feasible_and_no_longer_than_p_svm(n):
+    # W = p e_1^T / pos_scale reproduces every logit of p (test above), so the W-SVM is feasible wherever the
+    # p-SVM is and its minimum norm is at most |p_mm*| / pos_scale (chapter 6 states it in prose).
+    data = al.digit_patches(n=n, seed=0)
+    v = al.fit_patch_head(data.X, data.y)
+    p_sol = al.max_margin(al.prompt_attention(data.X, data.y, v))
+    W_sol = al.max_margin(al.self_attention(data.X, data.y, v))
+    assert np.linalg.norm(W_sol.theta) <= np.linalg.norm(p_sol.theta) * (1 + 1e-6)
+
+
+def test_offset_exponent_separates_a_bounded_offset_from_a_fixed_angle():
+    d = np.array([1.0, 0.0, 0.0])
+    start = np.array([[10.0, 2.0, 1.0], [10.0, 2.0, 1.0], [10.0, 2.0, 1.0]])
+    end = np.array([[80.0, 2.0, 1.0], [80.0, 16.0, 8.0], [80.0, 2.0 * 8**0.5, 8**0.5]])
+    assert np.allclose(al.offset_exponent(start, end, d), [0.0, 1.0, 0.5], atol=0.01)  # the last: offset ~ norm^(1/2)
+    # Matrices (W) are measured in the Frobenius norm, with a batch axis.
+    W0, W1 = np.eye(2)[None] * [[[10.0]]], np.eye(2)[None] * [[[40.0]]]
+    W0[..., 0, 1], W1[..., 0, 1] = 1.0, 4.0
+    assert np.allclose(al.offset_exponent(W0, W1, np.eye(2)), 1.0)
+    # On a run of the paper's single-input instance: the global SVM gives a small exponent, a wrong one about 1.
+    prob = al.datasets.single_input()
+    run = al.train(prob, np.zeros((1, 3)), 2000, method="ngd", lr=0.1, record_steps=[0, 500, 2000])
+    right = al.offset_exponent(run.theta[1, 0], run.theta[2, 0], al.max_margin(prob).theta)
+    wrong = al.offset_exponent(run.theta[1, 0], run.theta[2, 0], al.max_margin(prob, [1]).theta)
+    assert right < 0.5 < wrong and wrong > 0.9
