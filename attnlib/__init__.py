@@ -52,7 +52,6 @@ from .metrics import (
     fit_slope,
     log_one_minus_mass,
     normalized_margin,
-    offset_equilibrium,
     offset_exponent,
     one_minus_cosine,
     orthogonal_offset,
@@ -60,7 +59,6 @@ from .metrics import (
 )
 from .joint import angle_degrees
 from .rates import curves, log_steps
-from .rates import half_decade_slopes, inverse_log_vs_power
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
@@ -77,7 +75,7 @@ from .paths import (
     nonlinear_head,
     regularization_path,
 )
-from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
+from .basins import BasinMap, basin_map, classify_motion
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
 
@@ -97,7 +95,6 @@ from .book import (
     text,
     validate,
     widgets,
-    explorer,
 )
 
 __version__ = "0.1.0"
@@ -110,7 +107,6 @@ __all__ = [
     "widgets",
     "Checks",
     "validate",
-    "explorer",
     "LOSSES",
     "Loss",
     "get_loss",
@@ -123,7 +119,6 @@ __all__ = [
     "orthogonal_offset",
     "selection_mass",
     "offset_exponent",
-    "offset_equilibrium",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",
@@ -156,8 +151,6 @@ __all__ = [
     "BasinMap",
     "basin_map",
     "classify_motion",
-    "cone_starts",
-    "selection_table",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",
@@ -176,8 +169,6 @@ __all__ = [
     "reduce_to_span",
     "separable_data",
     "train_many",
-    "half_decade_slopes",
-    "inverse_log_vs_power",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metrics import direction_error
+from .metrics import direction_error, one_minus_cosine, orthogonal_offset
 from .model import token_selection
+from .optim import train_joint
 from .svm import LabelSVM, MaxMarginSolution, label_svm, max_margin
 
 __all__ = [
@@ -43,6 +44,9 @@ __all__ = [
     "angle_degrees",
     "classify_alignment",
     "ALIGNMENT_CLASSES",
+    "offset_tolerance",
+    "RandomJointRuns",
+    "random_joint_runs",
 ]
 
 #: Labels returned by :func:`classify_alignment`.
@@ -252,3 +256,133 @@ def classify_alignment(p, svms: JointSVMs, fraction: float = 0.25, min_separatio
     out[to_relaxed <= fraction * sep] = "relaxed"
     out[to_full <= fraction * sep] = "full"
     return out
+
+
+def offset_tolerance(steps, theta, direction, slack: float = 1.5, floor: float = 1e-14):
+    """Directional convergence with a bounded offset, tested at the last record: ``(1 − cos, tol, c)``.
+
+    If ``θ(t) = c(t) d̂ + o(t)`` with a bounded offset ``o`` while ``‖θ‖`` grows, then
+    ``1 − cos(θ, d) ≈ ‖o‖² / (2‖θ‖²)`` (THEORY §10.11). The offset is bounded by what it was over
+    ``[T/4, T/2]``: ``B = max ‖o(t)‖`` there, and the tolerance at ``T`` is
+    ``tol = (slack·B)² / (2‖θ(T)‖²)`` (at least ``floor``, float rounding). A run converging to
+    another direction has an offset that grows like ``‖θ‖`` (doubling from ``T/2`` to ``T`` under
+    NGD) and fails for ``slack < 2``; a max over a window, not one record, because the offset can
+    pass near zero while it settles.
+
+    Args:
+        steps: (R,) recorded iterations (with records inside ``[T/4, T/2]``).
+        theta: (R, *batch, d) recorded parameters.  direction: (d,) the predicted limit.
+
+    Returns:
+        ``(one_minus_cos, tol, offset_bound)``, each (*batch,): ``1 − cos`` at the last record, its
+        tolerance, and the offset bound ``c = slack·B`` it was computed from.
+
+    >>> import numpy as np, attnlib as al
+    >>> t = np.arange(0, 101)
+    >>> good = np.stack([t + 1.0, np.ones_like(t)], -1)  # offset 1, norm ~ t
+    >>> bad = np.stack([t + 1.0, 0.2 * (t + 1.0)], -1)  # another direction
+    >>> [bool(a <= b) for a, b, _ in [al.offset_tolerance(t, good, [1, 0]), al.offset_tolerance(t, bad, [1, 0])]]
+    [True, False]
+    """
+    steps = np.asarray(steps)
+    theta = np.asarray(theta, float)
+    if steps.ndim != 1 or theta.shape[0] != steps.size:
+        raise ValueError(f"steps (R,) and theta (R, ...) must have the same length, got {steps.shape}, {theta.shape}")
+    T = steps[-1]
+    lo, hi = np.searchsorted(steps, [T / 4, T / 2])
+    if hi < lo or steps[lo] > T / 2:
+        raise ValueError("offset_tolerance needs at least one record inside [T/4, T/2]")
+    B = np.max(orthogonal_offset(theta[lo : hi + 1], direction), axis=0)
+    final = theta[-1]
+    tol = np.maximum((slack * B) ** 2 / (2.0 * np.linalg.norm(final, axis=-1) ** 2), floor)
+    return one_minus_cosine(final, direction), tol, slack * B
+
+
+@dataclass(frozen=True, eq=False)
+class RandomJointRuns:
+    """Joint NGD on random instances (:func:`random_joint_runs`), one row per run.
+
+    Per instance ``k`` (K of them): ``svms[k]`` (:class:`JointSVMs`) and ``predicted[k]`` (d_k,),
+    the direction ``p̂(1)`` of :func:`balanced_direction`. Per run (K·B rows, instance-major;
+    ``init == 0`` is the paper's initialisation): ``instance``, ``init``, ``p`` (d_k,) final,
+    ``observed`` / ``expected`` alignment classes of ``p`` and of ``p̂(1)``
+    (:func:`classify_alignment`), ``v_gap`` / ``v_tol`` (:func:`offset_tolerance` of ``v`` against
+    ``v_mm``), ``sv_mass`` / ``other_mass`` (smallest softmax probability of the selected token over
+    support-vector inputs / over the other inputs, NaN if none), ``on_selection`` (every input
+    puts more than half of its attention on its selected token at the end), ``zero_row`` (per
+    instance: a "select, no margin" row is active in ``p̂(1)``).
+    """
+
+    svms: tuple
+    predicted: np.ndarray
+    instance: np.ndarray
+    init: np.ndarray
+    p: np.ndarray
+    observed: np.ndarray
+    expected: np.ndarray
+    v_gap: np.ndarray
+    v_tol: np.ndarray
+    sv_mass: np.ndarray
+    other_mass: np.ndarray
+    on_selection: np.ndarray
+    zero_row: np.ndarray
+
+
+def random_joint_runs(
+    seed,
+    instances: int,
+    n: int = 6,
+    inits: int = 3,
+    steps: int = 1000,
+    lr: float = 0.1,
+    loss: str = "logistic",
+    records: int = 40,
+) -> RandomJointRuns:
+    """Joint NGD on ``instances`` random instances of :func:`random_joint_tokens` (selection: token 1).
+
+    Instance ``k`` is ``random_joint_tokens(n, d=2, seed=[seed, k])``; its ``inits`` initialisations
+    (one batch) are the paper's ``p(0) = (0, −1)``, ``v(0) = (−1, 0)`` and ``inits − 1`` draws of
+    ``N(0, I)`` for each of ``p`` and ``v`` (``numpy.random.default_rng(seed)``). Every run is
+    recorded at ``records`` evenly spaced iterations, enough for :func:`offset_tolerance`.
+    One training run per instance (each has its own data): a Python loop over instances.
+
+    >>> import attnlib as al
+    >>> runs = al.random_joint_runs(seed=0, instances=2, inits=2, steps=200)
+    >>> runs.p.shape, runs.instance.tolist(), runs.init.tolist()
+    ((4, 2), [0, 0, 1, 1], [0, 1, 0, 1])
+    """
+    from .datasets import JOINT_P0, JOINT_V0
+
+    if not isinstance(instances, (int, np.integer)) or instances < 1:
+        raise ValueError(f"instances must be an integer >= 1, got {instances!r}")
+    if not isinstance(inits, (int, np.integer)) or inits < 1:
+        raise ValueError(f"inits must be an integer >= 1, got {inits!r}")
+    if not isinstance(records, (int, np.integer)) or records < 4:
+        raise ValueError(f"records must be an integer >= 4, got {records!r}")
+    rng = np.random.default_rng(seed)
+    rows = {k: [] for k in RandomJointRuns.__dataclass_fields__ if k not in ("svms", "predicted", "zero_row")}
+    all_svms, predicted, zero_row = [], [], []
+    for k in range(instances):
+        X, y = random_joint_tokens(n=n, d=2, seed=[seed, k])
+        svms = joint_svms(X, y, select=1)
+        p_hat = balanced_direction(svms, rho=1.0)
+        p0 = np.vstack([JOINT_P0, rng.standard_normal((inits - 1, 2))])
+        v0 = np.vstack([JOINT_V0, rng.standard_normal((inits - 1, 2))])
+        traj = train_joint(X, y, p0, v0, steps=steps, loss=loss, lr=lr, record_every=max(1, steps // records))
+        v_gap, v_tol, _ = offset_tolerance(traj.steps, traj.v, svms.label.v)
+        mass = np.exp(traj.problem.log_attention(traj.p[-1])[..., 1])  # (B, n)
+        rows["instance"].append(np.full(inits, k))
+        rows["init"].append(np.arange(inits))
+        rows["p"].append(traj.p[-1])
+        rows["observed"].append(classify_alignment(traj.p[-1], svms))
+        rows["expected"].append(np.full(inits, classify_alignment(p_hat, svms)[()]))
+        rows["v_gap"].append(v_gap)
+        rows["v_tol"].append(v_tol)
+        rows["sv_mass"].append(mass[:, svms.support].min(-1))
+        rows["other_mass"].append(mass[:, ~svms.support].min(-1) if (~svms.support).any() else np.full(inits, np.nan))
+        rows["on_selection"].append(np.all(mass > 0.5, axis=-1))
+        all_svms.append(svms)
+        predicted.append(p_hat)
+        zero_row.append(bool(np.min((svms.keys[:, 1] - svms.keys[:, 0]) @ p_hat) < 1e-6))
+    out = {key: np.concatenate(value) for key, value in rows.items()}
+    return RandomJointRuns(svms=tuple(all_svms), predicted=np.array(predicted), zero_row=np.array(zero_row), **out)

@@ -168,3 +168,60 @@ def test_angle_degrees_is_accurate_for_tiny_angles():
     eps = 1e-10
     assert al.angle_degrees([np.cos(eps), np.sin(eps)], [1.0, 0.0]) == pytest.approx(np.degrees(eps), rel=1e-6)
     np.testing.assert_allclose(al.angle_degrees([[0.0, 1.0], [-1.0, 0.0]], [1.0, 0.0]), [90.0, 180.0])
+
+
+def test_offset_tolerance_passes_a_bounded_offset_and_rejects_another_direction():
+    t = np.arange(0, 401)
+    r = 0.1 * t + 1.0
+    # theta = r (1, 0) + offset (0, 0.3 + 0.2 exp(-t/50)): bounded offset, converging from above.
+    good = np.stack([r, 0.3 + 0.2 * np.exp(-t / 50)], axis=-1)
+    gap, tol, c = al.offset_tolerance(t, good, [1.0, 0.0])
+    assert gap <= tol
+    assert c == pytest.approx(1.5 * (0.3 + 0.2 * np.exp(-2.0)), rel=1e-12)  # max over [T/4, T/2] at T/4
+    np.testing.assert_allclose(tol, c**2 / (2 * np.linalg.norm(good[-1]) ** 2))
+    # A run heading to a direction 2 degrees away: offset ~ |theta| sin 2deg, doubles from T/2 to T.
+    a = np.radians(2.0)
+    bad = r[:, None] * np.array([np.cos(a), np.sin(a)])
+    gap, tol, _ = al.offset_tolerance(t, bad, [1.0, 0.0])
+    assert gap > tol
+    # Batched over runs, and the rounding floor when the offset vanishes.
+    both = np.stack([good, r[:, None] * np.array([1.0, 0.0])], axis=1)
+    gap, tol, _ = al.offset_tolerance(t, both, [1.0, 0.0])
+    assert gap.shape == (2,) and tol[1] == 1e-14 and gap[1] == 0.0
+    with pytest.raises(ValueError, match="same length"):
+        al.offset_tolerance(t[:-1], good, [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"\[T/4, T/2\]"):
+        al.offset_tolerance(np.array([0, 100]), good[[0, -1]], [1.0, 0.0])
+
+
+def test_offset_tolerance_on_the_official_joint_runs():
+    # Second set: p meets the test against the relaxed p-SVM and fails it against the full one.
+    X, y, svms = official(1.5)
+    traj = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=400)
+    gap, tol, _ = al.offset_tolerance(traj.steps, traj.p[:, 0], svms.relaxed.theta)
+    assert gap <= tol
+    gap, tol, _ = al.offset_tolerance(traj.steps, traj.p[:, 0], svms.full.theta)
+    assert gap > 2 * tol
+    # The linear loss sends v towards sum_i y_i x_i, not v_mm: once v has turned (1000 steps), the test fails.
+    linear = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=1000, loss="linear")
+    gap, tol, _ = al.offset_tolerance(linear.steps, linear.v[:, 0], svms.label.v)
+    assert gap > tol
+
+
+def test_random_joint_runs_rows_and_records():
+    runs = al.random_joint_runs(seed=3, instances=3, n=5, inits=2, steps=400)
+    assert runs.p.shape == (6, 2) and len(runs.svms) == 3 and runs.predicted.shape == (3, 2)
+    assert runs.instance.tolist() == [0, 0, 1, 1, 2, 2] and runs.init.tolist() == [0, 1] * 3
+    # Same data and first initialisation as a direct run.
+    X, y = al.random_joint_tokens(n=5, d=2, seed=[3, 1])
+    traj = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=400)
+    np.testing.assert_allclose(runs.p[2], traj.p[-1, 0], rtol=1e-12)
+    svms = runs.svms[1]
+    np.testing.assert_allclose(runs.v_gap[2], al.one_minus_cosine(traj.v[-1, 0], svms.label.v), rtol=1e-9, atol=1e-300)
+    mass = np.exp(traj.problem.log_attention(traj.p[-1, 0])[:, 1])
+    assert runs.sv_mass[2] == pytest.approx(mass[svms.support].min())
+    assert set(runs.observed.tolist()) <= set(al.ALIGNMENT_CLASSES)
+    assert runs.zero_row.shape == (3,) and runs.on_selection.dtype == bool
+    for bad, match in ((dict(instances=0), "instances"), (dict(inits=0), "inits"), (dict(records=2), "records")):
+        with pytest.raises(ValueError, match=match):
+            al.random_joint_runs(seed=0, **{"instances": 1, **bad})
