@@ -75,7 +75,7 @@ from .paths import (
     nonlinear_head,
     regularization_path,
 )
-from .basins import BasinMap, basin_map, classify_motion
+from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
 
@@ -151,6 +151,8 @@ __all__ = [
     "BasinMap",
     "basin_map",
     "classify_motion",
+    "cone_starts",
+    "selection_table",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",

@@ -1,4 +1,4 @@
-"""Basins of the locally-optimal directions, and training a stack of problems (THEORY §6).
+"""Basins of the locally-optimal directions, cone initialisations, selection tables.
 
 Local convergence ([MMTS], [TFSVM]): GD started in a cone around a *locally optimal*
 ``θ_mm(α)`` converges in direction to it, so a dense grid of initialisations splits into basins,
@@ -6,7 +6,7 @@ one per locally-optimal selection. :func:`basin_map` trains a grid as one batch 
 each trajectory to the direction it is heading to, or to none ("undecided within the horizon").
 
 How a trajectory is attributed. A trajectory converging to ``θ_mm(α)`` does so with a bounded
-orthogonal offset (THEORY §10.11): ``θ(t) = a(t) d̂ + r(t)`` with ``r(t)`` converging, so its
+orthogonal offset: ``θ(t) = a(t) d̂ + r(t)`` with ``r(t)`` converging, so its
 *motion* ``Δθ = θ(t_b) − θ(t_a)`` over the last half of the horizon points along ``d̂`` up to
 ``‖Δr‖/‖Δθ‖ → 0``, much sooner than its position does (``1 − cos θ ≈ ‖r‖²/2‖θ‖²``, slow when
 ``r`` is large, as it is after a long stay near a basin boundary). A trajectory is attributed to
@@ -34,7 +34,7 @@ from .model import TokenSelectionProblem
 from .optim import _check_method, _check_schedule, train
 from .svm import SelectionReport, locally_optimal_selections
 
-__all__ = ["BasinMap", "basin_map", "classify_motion"]
+__all__ = ["BasinMap", "basin_map", "classify_motion", "cone_starts", "selection_table"]
 
 #: Default attribution tolerance on ``1 − cos(Δθ, θ_mm(α))`` (see the module docstring).
 MOTION_TOL = 1e-3
@@ -191,3 +191,92 @@ def basin_map(
         extend_steps=int(extend_steps),
         tol=float(tol),
     )
+
+
+def cone_starts(direction, count: int, *, mu: float, radius: float, rng=None, span=None, edge: bool = False):
+    """Initialisations in the cone of the local theorem around ``θ_mm(α)`` ([MMTS], [TFSVM]).
+
+    Every start ``θ`` has ``1 − cos(θ, d) ≤ mu`` and norm ``radius · ‖d‖``: for ``d = θ_mm(α)``
+    every SVM-neighbour's logit gap on the cone's axis, ``⟨radius · d, A_iα_i − A_it⟩``, equals
+    ``radius``, so ``radius`` is the norm in units of ``‖θ_mm(α)‖`` (the theorem's ``R`` is
+    ``radius · ‖θ_mm(α)‖``). A start is ``cos φ · radius · d + sin φ · radius · ‖d‖ · u`` with a
+    unit tilt ``u ⟂ d`` drawn uniformly in the subspace ``span`` and the angle ``φ`` uniform in
+    ``[0, φ_μ]``, ``cos φ_μ = 1 − mu`` (``edge=False``), or ``φ = φ_μ`` (``edge=True``: the
+    tilts then come in antipodal pairs, so a 2-D cone gets both of its edges).
+
+    Args:
+        direction: (*shape) ``θ_mm(α)`` (any non-zero parameter).
+        count: number of starts.  mu: cone width in ``(0, 1)``.  radius: > 0.
+        rng: a ``numpy.random.Generator`` or a seed.
+        span: (k, size) rows spanning the subspace to tilt in (default: the whole space), e.g.
+            the plane of the keys when other coordinates never change a logit.
+        edge: put every start on the cone's edge.
+
+    Returns (count, *shape).
+
+    >>> import numpy as np, attnlib as al
+    >>> s = al.cone_starts([1.0, 0.0, 0.0], 4, mu=1e-3, radius=20, rng=0, span=np.eye(3)[:2], edge=True)
+    >>> np.round(al.one_minus_cosine(s, [1.0, 0.0, 0.0]), 12).tolist(), np.round(s[:2, 1], 3).tolist()
+    ([0.001, 0.001, 0.001, 0.001], [-0.894, 0.894])
+    """
+    d = np.asarray(direction, float)
+    d_norm = np.linalg.norm(d)
+    if not (np.isfinite(d_norm) and d_norm > 0):
+        raise ValueError("direction must be finite and non-zero")
+    if not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+    if not 0 < mu < 1:
+        raise ValueError(f"mu must be in (0, 1), got {mu!r}")
+    if not radius > 0:
+        raise ValueError(f"radius must be > 0, got {radius!r}")
+    unit = d.ravel() / d_norm
+    basis = np.eye(unit.size) if span is None else np.asarray(span, float).reshape(-1, unit.size)
+    q, _ = np.linalg.qr(basis.T)  # (size, k) orthonormal basis of the span
+    rng = np.random.default_rng(rng)
+    tilt = rng.standard_normal((count, q.shape[1])) @ q.T
+    tilt -= (tilt @ unit)[:, None] * unit
+    if edge:
+        tilt[1::2] = -tilt[0 : count - 1 : 2]
+    norms = np.linalg.norm(tilt, axis=-1, keepdims=True)
+    if np.any(norms <= 1e-12):
+        raise ValueError("span must contain a direction orthogonal to `direction`")
+    tilt /= norms
+    phi_mu = np.arccos(1.0 - mu)
+    phi = np.full(count, phi_mu) if edge else rng.uniform(0.0, phi_mu, count)
+    starts = radius * d_norm * (np.cos(phi)[:, None] * unit + np.sin(phi)[:, None] * tilt)
+    return starts.reshape((count,) + d.shape)
+
+
+def selection_table(prob: TokenSelectionProblem, reports, dims: int = 2) -> str:
+    """Markdown table of every selection of a one-input problem: its key, score, SVM and neighbours.
+
+    One row per :class:`~attnlib.svm.SelectionReport` (e.g. from
+    :func:`~attnlib.svm.enumerate_selections`): token (numbered from 1, as in [MMTS]), its feature
+    ``A_1t`` (first ``dims`` coordinates: the key plane of the paper's figures), its score
+    ``γ_1t``, the SVM ``θ_mm(α)`` (or "infeasible"), its SVM-neighbours with their scores, and
+    whether the selection is locally optimal.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> print(al.selection_table(prob, al.enumerate_selections(prob)).splitlines()[3])
+    | 2 | (1, 0) | 0.9 | (1.000, 0.000) | 3 (0) | **yes** |
+    """
+    if prob.n != 1:
+        raise ValueError(f"selection_table lists the selections of one input, got n = {prob.n}")
+    A = np.asarray(prob.A).reshape(prob.n, prob.T, -1)
+    rows = [
+        "| α (token) | key | score | $\\pmm(\\alpha)$ | SVM-neighbours (score) | locally optimal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        t = int(r.select[0])
+        key = "(" + ", ".join(f"{x:g}" for x in A[0, t, :dims]) + ")"
+        score = f"{prob.gamma[0, t]:g}"
+        if not r.feasible:
+            rows.append(f"| {t + 1} | {key} | {score} | infeasible | – | no |")
+            continue
+        theta = np.asarray(r.solution.theta).ravel()[:dims]
+        nbs = ", ".join(f"{j + 1} ({prob.gamma[0, j]:g})" for j in np.flatnonzero(r.solution.neighbors[0]))
+        svm = "(" + ", ".join(f"{x:.3f}" for x in theta) + ")"
+        rows.append(f"| {t + 1} | {key} | {score} | {svm} | {nbs} | {'**yes**' if r.locally_optimal else 'no'} |")
+    return "\n".join(rows)
