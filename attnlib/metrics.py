@@ -20,6 +20,7 @@ __all__ = [
     "log_one_minus_mass",
     "fit_slope",
     "offset_exponent",
+    "offset_equilibrium",
 ]
 
 
@@ -162,3 +163,78 @@ def offset_exponent(theta_from, theta_to, direction) -> np.ndarray:
     growth = np.log(np.linalg.norm(flat_b, axis=-1) / np.linalg.norm(flat_a, axis=-1))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(b / a) / growth
+
+
+def offset_equilibrium(prob: TokenSelectionProblem, sol) -> tuple[np.ndarray, float]:
+    """The sideways offset the SVM-neighbours pull a trajectory to, and how fast: ``(q_star, kappa)``.
+
+    Write ``θ = a·û + q`` with ``û = θ_mm/‖θ_mm‖`` (``sol`` of :func:`attnlib.max_margin`) and ``q ⟂ û``.
+    Once the attention is saturated, ``−∇L ∝ Σ_k w_k e^{−⟨θ, d_k⟩} d_k`` over the non-selected
+    tokens, ``d_k = A_iα_i − A_it``, ``w_k = |ℓ'(γ_iα_i)| (γ_iα_i − γ_it)``. The SVM-neighbours
+    (``⟨θ_mm, d_k⟩ = 1``) dominate, and along the path of GD or NGD the offset obeys
+
+    .. math::
+
+        \\frac{dq}{da} = -M\\,\\nabla_q \\log Z(q), \\qquad
+        Z(q) = \\sum_{k \\in \\text{neighbours}} w_k e^{-\\langle q, d_k\\rangle}, \\qquad M = \\lVert θ_{mm} \\rVert,
+
+    so ``q → q_star = argmin log Z`` over the span of the neighbours' components ``d_k^⊥``
+    orthogonal to ``û`` (the offset of the Soudry et al. expansion ``θ(t) = θ_mm·log t + ρ``), and
+    ``kappa = M·λ_min(Cov_π(d^⊥))`` with ``π_k ∝ w_k e^{−⟨q_star, d_k⟩}`` is the relaxation rate of
+    the offset per unit of growth of ``a`` (NGD: ``a ≈ ηt``; GD: ``a ≈ M log t``, i.e. ``t^{−κM}``).
+    With a single neighbour ``d^⊥ = 0``: nothing pulls the offset sideways, ``q_star = 0`` and
+    ``kappa = 0`` (the offset is then set by the other tokens, whose pull fades like
+    ``e^{−(c_k − 1) a/M}``, ``c_k = ⟨θ_mm, d_k⟩``).
+
+    ``prob``: the problem (θ of any shape); ``sol``: its :class:`MaxMarginSolution` (any selection).
+    Returns ``q_star`` with ``prob.shape`` and ``kappa`` (a float; ``nan`` and a ``nan`` offset
+    when ``log Z`` has no minimiser, which the KKT conditions of the SVM exclude).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)        # d = (1, ±1): p2(∞) = ½ ln(3|ℓ'(3)|/|ℓ'(1)|)
+    >>> q, kappa = al.offset_equilibrium(prob, al.max_margin(prob))
+    >>> round(float(q[1]), 6), round(kappa, 6)
+    (-0.318357, 1.0)
+    """
+    select = np.asarray(sol.select)
+    theta_mm = np.asarray(sol.theta, float).ravel()
+    M = float(np.linalg.norm(theta_mm))
+    u = theta_mm / M
+    A = prob.A.reshape(prob.n, prob.T, -1)
+    rows, toks = np.nonzero(sol.neighbors)
+    d = A[rows, select[rows]] - A[rows, toks]  # (m, D)
+    gamma_sel = prob.gamma[rows, select[rows]]
+    w = np.abs(prob.loss.derivative(gamma_sel)) * (gamma_sel - prob.gamma[rows, toks])
+    perp = d - np.outer(d @ u, u)
+    _, sv, vt = np.linalg.svd(perp, full_matrices=False) if len(d) else (None, np.zeros(0), None)
+    rank = int(np.sum(sv > 1e-10 * max(1.0, sv.max(initial=0.0))))
+    if rank == 0:
+        return np.zeros(prob.shape), 0.0
+    basis = vt[:rank]  # (rank, D)
+    b = perp @ basis.T  # (m, rank): coordinates of d_k^⊥
+    log_w = np.log(w)
+    x = np.zeros(rank)
+    for _ in range(200):  # Newton on the convex log Z, with backtracking
+        z = log_w - b @ x
+        pi = np.exp(z - z.max())
+        pi /= pi.sum()
+        mean = pi @ b
+        cov = (b * pi[:, None]).T @ b - np.outer(mean, mean)
+        try:
+            step = np.linalg.solve(cov, mean)  # gradient of log Z is -mean
+        except np.linalg.LinAlgError:
+            return np.full(prob.shape, np.nan), float("nan")
+        f0 = np.log(np.sum(np.exp(z - z.max()))) + z.max()
+        s = 1.0
+        while s > 1e-12:
+            z1 = log_w - b @ (x + s * step)
+            if np.log(np.sum(np.exp(z1 - z1.max()))) + z1.max() <= f0 + 1e-14:
+                break
+            s /= 2
+        x = x + s * step
+        if np.linalg.norm(s * step) < 1e-13 * (1 + np.linalg.norm(x)):
+            break
+    if not np.all(np.isfinite(x)) or np.linalg.norm(mean) > 1e-8 * (1 + np.abs(b).max()):
+        return np.full(prob.shape, np.nan), float("nan")
+    kappa = M * float(np.linalg.eigvalsh(cov).min())
+    return (x @ basis).reshape(prob.shape), kappa
