@@ -80,6 +80,21 @@ from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
 
+# Self-attention as the papers train it: W = K Qᵀ, the nuclear-norm SVM, the rank-versus-d grid.
+from .factorization import (
+    OFFICIAL_RANK_GRID,
+    FactorTrajectory,
+    NuclearSVM,
+    RankGrid,
+    kq_init,
+    nuclear_svm,
+    numerical_rank,
+    rank_instance,
+    svm_constraints,
+    svm_rank_grid,
+    train_kq,
+)
+
 # Figures, and the book's machinery (checks, parameters, explorers, run, sweep, build).
 from . import book, plots, rates
 from .book import (
@@ -186,4 +201,15 @@ __all__ = [
     "one_of",
     "real",
     "text",
+    "OFFICIAL_RANK_GRID",
+    "FactorTrajectory",
+    "NuclearSVM",
+    "RankGrid",
+    "kq_init",
+    "nuclear_svm",
+    "numerical_rank",
+    "rank_instance",
+    "svm_constraints",
+    "svm_rank_grid",
+    "train_kq",
 ]
