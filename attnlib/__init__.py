@@ -111,6 +111,7 @@ from .book import (
     text,
     validate,
     widgets,
+    explorer,
 )
 
 __version__ = "0.1.0"
@@ -123,6 +124,7 @@ __all__ = [
     "widgets",
     "Checks",
     "validate",
+    "explorer",
     "LOSSES",
     "Loss",
     "get_loss",

@@ -1,4 +1,11 @@
-"""Tests for the figure helpers and explorers added for chapter 1 (margin strips, slider, animation)."""
+"""Tests for the figure helpers and the explorers (margin strips; static sliders, live explorers, animations)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import matplotlib
 
@@ -96,8 +103,13 @@ def _small_figure():
     return fig, ax, line
 
 
-def test_figure_slider_one_picture_per_value_and_linked():
-    ipywidgets = pytest.importorskip("ipywidgets")
+def _shown(slider_html: str) -> list[int]:
+    """Indices of the pictures a StaticSlider's HTML shows (not ``hidden``)."""
+    images = re.findall(r"<img [^>]*>", slider_html)
+    return [k for k, tag in enumerate(images) if " hidden" not in tag]
+
+
+def test_figure_slider_one_picture_per_value_and_static_html():
     fig, ax, line = _small_figure()
     calls = []
 
@@ -105,20 +117,32 @@ def test_figure_slider_one_picture_per_value_and_linked():
         calls.append(v)
         line.set_ydata([0, v])
 
-    box = al.widgets.figure_slider(fig, update, [0.0, 0.5, 1.0], description="slope", start=1, dpi=30)
+    slider = al.widgets.figure_slider(fig, update, [0.0, 0.5, 1.0], description="slope", start=1, dpi=30)
     assert calls == [0.0, 0.5, 1.0]
-    header, stack = box.children
-    slider, readout = header.children
-    assert isinstance(slider, ipywidgets.IntSlider) and (slider.min, slider.max, slider.value) == (0, 2, 1)
-    images = stack.children
-    assert len(images) == 3 and all(bytes(im.value).startswith(b"\x89PNG") for im in images)
-    assert len({bytes(im.value) for im in images}) == 3  # the pictures differ
-    assert stack.selected_index == 1 and readout.selected_index == 1
+    assert isinstance(slider, al.widgets.StaticSlider) and len(slider) == 3 and slider.start == 1
+    assert all(png.startswith(b"\x89PNG") for png in slider.pictures)
+    assert len(set(slider.pictures)) == 3  # the pictures differ
+    assert slider.labels == ["0.0", "0.5", "1.0"]
+    page = slider._repr_html_()
+    assert page.count("data:image/png;base64,") == 3 and _shown(page) == [1]  # one picture shown: the start
+    assert 'type="range"' in page and 'min="0"' in page and 'max="2"' in page and 'value="1"' in page
+    assert "<b>0.5</b>" in page and "slope" in page
+    assert "jupyter-widget" not in page  # plain HTML: no widget manager needed
     assert not plt.fignum_exists(fig.number)  # closed
 
 
+def test_static_slider_escapes_labels():
+    slider = al.widgets.StaticSlider([b"\x89PNG a", b"\x89PNG b"], ["<b>x</b>", "</script>"], "a & b")
+    page = slider._repr_html_()
+    assert "a &amp; b" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert page.count("</script>") == 1  # a label cannot close the script early
+    with pytest.raises(ValueError, match="one label per picture"):
+        al.widgets.StaticSlider([b"a"], [], "x")
+    with pytest.raises(ValueError, match="start"):
+        al.widgets.StaticSlider([b"a"], ["a"], "x", start=1)
+
+
 def test_figure_slider_rejects_bad_positions():
-    pytest.importorskip("ipywidgets")
     fig, ax, line = _small_figure()
     with pytest.raises(ValueError, match="at least one"):
         al.widgets.figure_slider(fig, lambda v: None, [], description="x")
@@ -152,3 +176,194 @@ def test_path_animation_rejects_bad_input():
         al.widgets.path_animation(theta, frames=2, colors=["r", "g", "b"])
     with pytest.raises(ValueError, match="steps"):
         al.widgets.path_animation(theta, frames=2, steps=np.arange(3))
+
+
+# --- explorer(): static in the book, live in a kernel -----------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "explorer.ipynb"
+
+
+def _line_draw(calls):
+    def draw(slope, offset=0.0, start=(0.0, 0.0), seed=0):
+        calls.append({"slope": slope, "offset": offset, "start": start, "seed": seed})
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([start[0], 1], [start[1], slope + offset + seed])
+        return fig
+
+    return draw
+
+
+def test_explorer_mode_follows_argument_then_environment(monkeypatch):
+    monkeypatch.delenv(al.widgets.EXPLORERS_ENV, raising=False)
+    assert al.widgets.explorer_mode() == "static"  # no kernel here: nobody to call back
+    monkeypatch.setenv(al.widgets.EXPLORERS_ENV, "live")
+    assert al.widgets.explorer_mode() == "live"
+    assert al.widgets.explorer_mode("static") == "static"  # the argument wins
+    monkeypatch.setenv(al.widgets.EXPLORERS_ENV, "sometimes")
+    with pytest.raises(ValueError, match="ATTNLIB_EXPLORERS"):
+        al.widgets.explorer_mode()
+    with pytest.raises(ValueError, match="mode"):
+        al.widgets.explorer_mode("dynamic")
+
+
+def test_static_explorers_sets_and_restores_the_environment(monkeypatch):
+    monkeypatch.setenv(al.widgets.EXPLORERS_ENV, "live")
+    with al.widgets.static_explorers():
+        assert os.environ[al.widgets.EXPLORERS_ENV] == "static"
+    assert os.environ[al.widgets.EXPLORERS_ENV] == "live"
+    monkeypatch.delenv(al.widgets.EXPLORERS_ENV)
+    with pytest.raises(RuntimeError), al.widgets.static_explorers():
+        raise RuntimeError("the notebook failed")
+    assert al.widgets.EXPLORERS_ENV not in os.environ  # restored even on error
+
+
+def test_explorer_static_precomputes_every_position_with_live_defaults(monkeypatch):
+    monkeypatch.setenv(al.widgets.EXPLORERS_ENV, "static")
+    calls = []
+    out = al.explorer(
+        _line_draw(calls), "slope", [0.0, 1.0, 2.0], "slope", live={"offset": 0.5, "seed": 3}, start=2, dpi=30
+    )
+    assert isinstance(out, al.widgets.StaticSlider) and len(out) == 3 and out.start == 2
+    assert [c["slope"] for c in calls] == [0.0, 1.0, 2.0]
+    assert all(c["offset"] == 0.5 and c["seed"] == 3 for c in calls)
+    assert len(set(out.pictures)) == 3
+    assert plt.get_fignums() == []  # every figure closed
+
+
+def test_explorer_live_redraws_on_every_control():
+    widgets = pytest.importorskip("ipywidgets")
+    calls = []
+    box = al.explorer(
+        _line_draw(calls),
+        "slope",
+        [0.0, 1.0, 2.0],
+        "slope",
+        live={"offset": 0.5, "seed": 3, "start": (0.1, -0.2)},
+        dpi=30,
+        mode="live",
+    )
+    assert isinstance(box, widgets.VBox)
+    assert calls == [{"slope": 0.0, "offset": 0.5, "start": (0.1, -0.2), "seed": 3}]  # drawn once at start
+    first = bytes(box.picture.value)
+    assert first.startswith(b"\x89PNG") and "computed live" in box.status.value
+    box.controls["slope"].value = 1.75  # a value between the slider's positions, typed
+    assert calls[-1]["slope"] == 1.75 and bytes(box.picture.value) != first
+    box.slider.value = 2  # the slider's third position
+    assert calls[-1]["slope"] == 2.0 and box.controls["slope"].value == 2.0
+    n = len(calls)
+    box.slider.value = 0
+    assert len(calls) == n + 1  # one redraw per move, not two
+    box.controls["seed"].value = 7
+    assert calls[-1]["seed"] == 7
+    start_x, start_y = box.controls["start"].children[1:]
+    start_y.value = 4.0
+    assert calls[-1]["start"] == (0.1, 4.0)
+    box.controls["offset"].value = 1.5
+    assert calls[-1] == {"slope": 0.0, "offset": 1.5, "start": (0.1, 4.0), "seed": 7}
+
+
+def test_explorer_live_shows_errors_instead_of_raising():
+    pytest.importorskip("ipywidgets")
+
+    def draw(n):
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        fig, ax = plt.subplots(figsize=(1, 1))
+        ax.plot([0, n])
+        return fig
+
+    box = al.explorer(draw, "n", [0, 1], "n", mode="live", dpi=20)
+    picture = bytes(box.picture.value)
+    box.controls["n"].value = -1
+    assert "ValueError: n must be &gt;= 0" in box.status.value
+    assert bytes(box.picture.value) == picture  # the last good picture stays
+
+
+def test_explorer_live_controls_of_every_kind():
+    widgets = pytest.importorskip("ipywidgets")
+    calls = []
+    dropdown = widgets.Dropdown(options=["logistic", "exponential"], value="logistic")
+
+    def draw(which, flag, name, loss):
+        calls.append((which, flag, name, loss))
+        return plt.figure(figsize=(1, 1))
+
+    box = al.explorer(
+        draw, "which", ["a", "b"], "which", live={"flag": True, "name": "x", "loss": dropdown}, mode="live", dpi=10
+    )
+    assert "which" not in box.controls  # labels: no typed box, the slider picks them
+    assert isinstance(box.controls["flag"], widgets.Checkbox) and isinstance(box.controls["name"], widgets.Text)
+    assert box.controls["loss"] is dropdown
+    dropdown.value = "exponential"
+    box.slider.value = 1
+    assert calls[-1] == ("b", True, "x", "exponential")
+
+
+def test_explorer_rejects_bad_arguments():
+    draw = _line_draw([])
+    with pytest.raises(ValueError, match="at least one"):
+        al.explorer(draw, "slope", [], "s")
+    with pytest.raises(ValueError, match="start"):
+        al.explorer(draw, "slope", [1.0], "s", start=1)
+    with pytest.raises(ValueError, match="slider's parameter"):
+        al.explorer(draw, "slope", [1.0], "s", live={"slope": 2.0})
+    with pytest.raises(TypeError, match="live control 'seed'"):
+        al.explorer(draw, "slope", [1.0], "s", live={"seed": object()}, mode="live")
+    with pytest.raises(ValueError, match="mode"):
+        al.explorer(draw, "slope", [1.0], "s", mode="dynamic")
+
+
+@pytest.mark.notebook
+def test_a_run_builds_static_explorers_and_prints_no_transport_warning(tmp_path):
+    """``python -m attnlib run``: the kernel gets ATTNLIB_EXPLORERS=static and encrypted transport."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    env.pop(al.widgets.EXPLORERS_ENV, None)
+    out = tmp_path / "explorer.ipynb"
+    result = subprocess.run(
+        [sys.executable, "-m", "attnlib", "run", str(FIXTURE), "-p", "steps", "40", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "without encryption" not in result.stderr and "WARNING" not in result.stderr, result.stderr
+    outputs = [o for cell in json.loads(out.read_text())["cells"] for o in cell.get("outputs", [])]
+    pages = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert len(pages) == 1 and 'class="attnlib-slider"' in "".join(pages[0])
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
+
+
+@pytest.mark.notebook
+def test_the_live_explorer_redraws_in_a_kernel():
+    """The fixture run in a real kernel (nbclient), live: typing a start recomputes the trajectory.
+
+    The same as the JupyterLab test of tests/test_browser.py, without a browser.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(FIXTURE, as_version=4)
+    notebook.cells.append(
+        nbformat.v4.new_code_cell(
+            "box = _\n"  # the explorer: the previous cell's result
+            "before = bytes(box.picture.value)\n"
+            "x, y = box.controls['start'].children[1:]\n"
+            "x.value = -2.0\n"
+            "after = bytes(box.picture.value)\n"
+            "print(type(box).__name__, before != after, after.startswith(b'\\x89PNG'), box.status.value)"
+        )
+    )
+    previous = os.environ.get(al.widgets.EXPLORERS_ENV)
+    os.environ.pop(al.widgets.EXPLORERS_ENV, None)  # the default in a kernel: live
+    try:
+        NotebookClient(notebook, timeout=300, resources={"metadata": {"path": str(FIXTURE.parent)}}).execute()
+    finally:
+        if previous is not None:
+            os.environ[al.widgets.EXPLORERS_ENV] = previous
+    outputs = notebook.cells[-2].outputs
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)  # a live widget
+    printed = "".join(o.get("text", "") for o in notebook.cells[-1].outputs)
+    assert printed.startswith("VBox True True") and "start = (-2.0, -0.5)" in printed, printed

@@ -2,7 +2,7 @@
 
 - :mod:`.checks`: a chapter's claims, each passed, failed or not applicable;
 - :mod:`.params`: a chapter's parameters declared once and validated;
-- :mod:`.widgets`: explorers that work in the static site;
+- :mod:`.widgets`: explorers, live in a kernel and precomputed in the static site (:func:`explorer`);
 - :mod:`.run`: one parameterised papermill run and its JSON summary (``python -m attnlib run``);
 - :mod:`.sweep`: grids of runs on a process pool or Dask (``python -m attnlib sweep``);
 - :mod:`.build`: stage, execute what changed, render the site (``python -m attnlib book``).
@@ -15,6 +15,7 @@ from . import widgets
 from .checks import CHECK_MIME, STATUSES, Check, Checks
 from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
+from .widgets import explorer, static_explorers
 
 __all__ = [
     "widgets",
@@ -31,4 +32,6 @@ __all__ = [
     "real",
     "text",
     "validate",
+    "explorer",
+    "static_explorers",
 ]

@@ -153,6 +153,20 @@ def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _kernel_config():
+    """Kernel-manager settings for the kernels papermill starts.
+
+    CurveZMQ keys provisioned by the kernel manager (jupyter_client ``transport_encryption="auto"``;
+    ipykernel's kernelspec declares ``supported_encryption: curve``): the kernel's traffic is
+    encrypted, so ipykernel no longer warns "Kernel is running over TCP without encryption" on every
+    start. Left off where pyzmq has no CurveZMQ (the setting would be refused).
+    """
+    import zmq
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto"}} if zmq.has("curve") else {})
+
+
 def execute_notebook(
     notebook: str | os.PathLike,
     output: str | os.PathLike,
@@ -195,21 +209,25 @@ def execute_notebook(
 
     import papermill  # lazily: attnlib must import without Jupyter
 
+    from .widgets import static_explorers
+
     # A hidden temporary name in the destination folder: the final rename is atomic, and nothing
     # that reads `output` ever sees a half-written notebook.
     tmp = destination_ok.with_name(f".{destination_ok.stem}.{os.getpid()}.tmp.ipynb")
     start = time.perf_counter()
     error = None
     try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(tmp),
-            parameters=overrides,
-            kernel_name=kernel_name,
-            cwd=str(notebook.resolve().parent),
-            progress_bar=False,
-            log_output=False,
-        )
+        with static_explorers():  # the kernel inherits ATTNLIB_EXPLORERS=static: precomputed explorers
+            papermill.execute_notebook(
+                str(notebook),
+                str(tmp),
+                parameters=overrides,
+                kernel_name=kernel_name,
+                cwd=str(notebook.resolve().parent),
+                progress_bar=False,
+                log_output=False,
+                config=_kernel_config(),
+            )
     except Exception as exc:  # the notebook raised, or the kernel died: report it, keep what ran
         error = _describe_error(exc)
     except BaseException:  # interrupted (Ctrl-C): leave no temporary file behind

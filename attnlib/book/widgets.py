@@ -1,22 +1,45 @@
-"""Explorers that stay interactive in the static book (no kernel needed).
+"""Explorers: live where a kernel runs, precomputed (and still interactive) in the static book.
 
-A Python callback needs a kernel, which the published book does not have. So explorers
-precompute their pictures and switch between them in the browser:
+A Python callback needs a kernel, which the published book does not have. So:
 
-- :func:`image_slider`: an ``ipywidgets`` slider ``jslink``-ed to a ``widgets.Stack`` of images
-  (the link runs client-side in the embedded widget state);
-- :func:`animation`: a matplotlib animation rendered with ``to_jshtml`` (self-contained HTML).
+- :func:`explorer` builds one explorer with one call. In a **live** kernel (JupyterLab, ``make lab``)
+  it recomputes on demand: the slider's parameter takes any typed value, extra live-only controls
+  (a seed, a step size, a start typed as two numbers...) change the picture, and ``draw`` runs again.
+  In a **static** run (the book, ``python -m attnlib run``, sweeps: :func:`static_explorers`, i.e.
+  ``ATTNLIB_EXPLORERS=static``) it is the precomputed slider of :func:`image_slider`.
+- :func:`image_slider`, :func:`figure_slider`: a slider over precomputed pictures, as self-contained
+  HTML and a few lines of JavaScript (an ``<input type="range">`` showing one of the ``<img>``);
+  it needs neither a kernel nor the widget manager.
+- :func:`animation`, :func:`path_animation`: a matplotlib animation rendered with ``to_jshtml``.
+
+Why not ipywidgets for the static slider: an ``IntSlider`` ``jslink``-ed to a ``widgets.Stack``
+threw "Cannot read properties of null (reading 'processLuminoMessage')" in about 1 page load in 5
+when the slider moved several steps quickly. ``StackView`` re-creates its one visible child on every
+change and, once the asynchronous view creation resolves, posts a Lumino resize message to it; when a
+second change arrives before the first view is ready, that view is removed (its Lumino widget
+disposed, its view set to null) *before* the message is posted, and the message is then delivered to
+the disposed widget (@jupyter-widgets/controls 5.0 ``StackView.update_children``, base 6.0
+``ViewList.update``, ``JupyterLuminoWidget.processMessage``). Plain HTML has no such queue.
 
 ipywidgets and IPython are imported lazily so that attnlib imports without Jupyter.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import html
 import io
+import json
+import os
 import re
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 __all__ = ["figure_png", "image_slider", "animation", "path_animation"]
+
+EXPLORERS_ENV = "ATTNLIB_EXPLORERS"
+MODES = ("static", "live")
 
 
 def figure_png(fig, dpi: int = 80) -> bytes:
@@ -46,7 +69,7 @@ def image_slider(
         start: index of the initial position.
         format_value: how a value is shown next to the slider.
 
-    Returns an ``ipywidgets.VBox`` (slider, readout, pictures); display it as the cell's output.
+    Returns a :class:`StaticSlider` (HTML; no kernel needed); make it the cell's last expression.
     """
     values = list(values)
     if not values:
@@ -159,24 +182,68 @@ def path_animation(
 
 
 def _png_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, start: int):
-    """Slider ``jslink``-ed to a Stack of PNG images and a Stack of labels (client-side)."""
-    import ipywidgets as widgets
+    return StaticSlider(pngs, labels, description, start)
 
-    stack = widgets.Stack([widgets.Image(value=b, format="png") for b in pngs], selected_index=start)
-    slider = widgets.IntSlider(
-        value=start,
-        min=0,
-        max=len(pngs) - 1,
-        description=description,
-        readout=False,
-        continuous_update=True,
-        style={"description_width": "initial"},
-        layout=widgets.Layout(width="420px"),
-    )
-    readout = widgets.Stack([widgets.HTML(f"<b>{label}</b>") for label in labels], selected_index=start)
-    widgets.jslink((slider, "value"), (stack, "selected_index"))
-    widgets.jslink((slider, "value"), (readout, "selected_index"))
-    return widgets.VBox([widgets.HBox([slider, readout]), stack])
+
+class StaticSlider:
+    """A slider over precomputed PNG pictures, as self-contained HTML (displayed by its ``_repr_html_``).
+
+    The page holds one ``<img>`` per position, all but one hidden, and an ``<input type="range">``
+    whose ``input`` event shows the chosen one and its label: no kernel, no widget manager, nothing
+    asynchronous, so moving it quickly cannot leave a message for a removed view.
+
+    Attributes: ``pictures`` (PNG bytes per position), ``labels`` (readout per position),
+    ``description`` (the slider's label), ``start`` (index shown first).
+    """
+
+    def __init__(self, pictures: Sequence[bytes], labels: Sequence[str], description: str, start: int = 0):
+        if len(pictures) != len(labels) or not pictures:
+            raise ValueError("one label per picture, and at least one picture")
+        if not 0 <= start < len(pictures):
+            raise ValueError(f"start must be an index in [0, {len(pictures) - 1}], got {start}")
+        self.pictures = [bytes(p) for p in pictures]
+        self.labels = [str(label) for label in labels]
+        self.description = str(description)
+        self.start = int(start)
+
+    def __len__(self) -> int:
+        return len(self.pictures)
+
+    def __repr__(self) -> str:
+        return f"StaticSlider({self.description!r}, {len(self)} positions)"
+
+    def _repr_html_(self) -> str:
+        uid = f"attnlib-slider-{uuid.uuid4().hex[:12]}"
+        esc = html.escape
+        images = "".join(
+            f'<img class="attnlib-slider-picture" src="data:image/png;base64,{base64.b64encode(png).decode()}" '
+            f'alt="{esc(self.description)}: {esc(label)}" style="max-width:100%"{"" if k == self.start else " hidden"}>'
+            for k, (png, label) in enumerate(zip(self.pictures, self.labels, strict=True))
+        )
+        # Labels go to the script as JSON; "</" is escaped so that no label can close the script.
+        labels = json.dumps(self.labels).replace("</", "<\\/")
+        return (
+            f'<div class="attnlib-slider" id="{uid}">'
+            '<div class="attnlib-slider-controls" style="display:flex;align-items:center;gap:0.8em;margin:0.3em 0">'
+            f'<label for="{uid}-input">{esc(self.description)}</label>'
+            f'<input type="range" id="{uid}-input" min="0" max="{len(self) - 1}" step="1" value="{self.start}" '
+            f'aria-valuetext="{esc(self.labels[self.start])}" style="width:300px">'
+            f'<output for="{uid}-input"><b>{esc(self.labels[self.start])}</b></output>'
+            f"</div><div>{images}</div></div>"
+            "<script>(function () {"
+            f'const root = document.getElementById("{uid}");'
+            "if (!root) return;"
+            f"const labels = {labels};"
+            'const input = root.querySelector("input"), readout = root.querySelector("output b");'
+            'const pictures = root.querySelectorAll("img.attnlib-slider-picture");'
+            "function show() {"
+            "const k = Math.max(0, Math.min(pictures.length - 1, Math.round(Number(input.value))));"
+            "pictures.forEach((picture, j) => { picture.hidden = j !== k; });"
+            'readout.textContent = labels[k]; input.setAttribute("aria-valuetext", labels[k]);'
+            "}"
+            'input.addEventListener("input", show); input.addEventListener("change", show); show();'
+            "})();</script>"
+        )
 
 
 def figure_slider(
@@ -200,7 +267,7 @@ def figure_slider(
         update: ``update(value)`` sets the figure to show ``value`` (set_data, set_text, ...).
         values, description, start, dpi, format_value: as in :func:`image_slider`.
 
-    Returns an ``ipywidgets.VBox`` (slider, readout, pictures); make it the cell's last expression.
+    Returns a :class:`StaticSlider` (HTML; no kernel needed); make it the cell's last expression.
     """
     import matplotlib.pyplot as plt
 
@@ -220,3 +287,225 @@ def figure_slider(
 
 
 __all__ += ["figure_slider"]
+
+
+# --- Explorers: static in the book, live in a kernel ------------------------------------------------
+
+
+@contextlib.contextmanager
+def static_explorers() -> Iterator[None]:
+    """Within this block, kernels started from this process build static explorers.
+
+    Sets ``ATTNLIB_EXPLORERS=static`` in ``os.environ`` (a kernel started by papermill inherits it) and
+    restores the previous value on exit. :func:`attnlib.book.run.execute_notebook` runs every notebook
+    inside it: the book, ``python -m attnlib run`` and sweeps all produce the precomputed sliders.
+    """
+    previous = os.environ.get(EXPLORERS_ENV)
+    os.environ[EXPLORERS_ENV] = "static"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(EXPLORERS_ENV, None)
+        else:
+            os.environ[EXPLORERS_ENV] = previous
+
+
+def _in_kernel() -> bool:
+    """True inside a Jupyter kernel (an IPython shell with a kernel attached)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def explorer_mode(mode: str | None = None) -> str:
+    """``"static"`` or ``"live"``: ``mode`` if given, else ``$ATTNLIB_EXPLORERS``, else live in a kernel.
+
+    Outside a kernel (a script, a unit test) there is nobody to call back, so the default is static.
+    """
+    if mode is None:
+        mode = os.environ.get(EXPLORERS_ENV, "").strip().lower() or None
+        source = f"${EXPLORERS_ENV}"
+    else:
+        source = "mode"
+    if mode is None:
+        return "live" if _in_kernel() else "static"
+    if mode not in MODES:
+        raise ValueError(f"{source} must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    return mode
+
+
+def _is_int(value) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+class _Control:
+    """One live control: the widget shown, the widgets observed, and how to read its value."""
+
+    def __init__(self, name: str, default):
+        import ipywidgets as widgets
+
+        self.name = name
+        layout = widgets.Layout(width="150px")
+        style = {"description_width": "initial"}
+        if isinstance(default, widgets.ValueWidget):  # a ready-made control
+            self.widget, self.inputs, self.read = default, [default], lambda: default.value
+        elif isinstance(default, bool):
+            box = widgets.Checkbox(value=default, description=name, indent=False)
+            self.widget, self.inputs, self.read = box, [box], lambda: box.value
+        elif _is_int(default):
+            box = widgets.IntText(value=int(default), description=name, layout=layout, style=style)
+            self.widget, self.inputs, self.read = box, [box], lambda: box.value
+        elif _is_real(default):
+            box = widgets.FloatText(value=float(default), description=name, layout=layout, style=style)
+            self.widget, self.inputs, self.read = box, [box], lambda: box.value
+        elif isinstance(default, str):
+            box = widgets.Text(value=default, description=name, continuous_update=False, style=style)
+            self.widget, self.inputs, self.read = box, [box], lambda: box.value
+        elif isinstance(default, (tuple, list)) and default and all(_is_real(x) for x in default):
+            boxes = [widgets.FloatText(value=float(x), layout=widgets.Layout(width="90px")) for x in default]
+            label = widgets.Label(name)
+            self.widget = widgets.HBox([label, *boxes])
+            self.inputs = boxes
+            self.read = lambda: tuple(b.value for b in boxes)
+        else:
+            raise TypeError(
+                f"live control {name!r}: give a default bool, int, float, str, a tuple of numbers "
+                f"or an ipywidgets control, got {default!r}"
+            )
+
+
+def explorer(
+    draw: Callable,
+    parameter: str,
+    values: Sequence,
+    description: str,
+    live: Mapping | None = None,
+    *,
+    start: int = 0,
+    dpi: int = 70,
+    format_value: Callable = str,
+    mode: str | None = None,
+):
+    """One explorer: precomputed in the static book, recomputed on demand in a live kernel.
+
+    Args:
+        draw: ``draw(**params) -> matplotlib Figure``; ``params`` holds ``parameter`` and every
+            name of ``live``. Closed after rendering.
+        parameter: the name of the slider's parameter in ``draw``.
+        values: the slider's positions (computed ahead in the static book).
+        description: what the slider moves (its label).
+        live: extra controls, live only, ``{name: default}``; the default's type picks the control:
+            int → integer box (a seed), float → number box (a step size), tuple of numbers → one box
+            per number (a start point), bool → checkbox, str → text, or any ipywidgets control.
+            The static book draws every position with these defaults.
+        start: index of the initial position in ``values``.
+        format_value: how a value is shown next to the slider.
+        mode: ``"static"`` or ``"live"`` to override the automatic choice (:func:`explorer_mode`:
+            ``$ATTNLIB_EXPLORERS``, set to ``static`` by every attnlib run, else live in a kernel).
+
+    Returns: static, a :class:`StaticSlider` (as :func:`image_slider`); live, an ``ipywidgets.VBox``
+    with attributes ``controls`` (``{name: widget}``, the parameter's typed box under ``parameter``),
+    ``picture`` (the ``Image``), ``status`` (an ``HTML`` line: computing, done, or the error) and
+    ``redraw()``. Make it the cell's last expression.
+
+    Example (a trajectory from a start the reader types)::
+
+        def draw(lr, seed, start):
+            ...  # train from `start` with step size `lr`, plot the path; return fig
+        al.widgets.explorer(draw, "lr", [0.01, 0.1, 1.0], "step size η",
+                            live={"seed": 0, "start": (1.0, -0.5)})
+    """
+    live = dict(live or {})
+    values = list(values)
+    if not values:
+        raise ValueError("values must hold at least one slider position")
+    if not 0 <= start < len(values):
+        raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
+    if parameter in live:
+        raise ValueError(f"{parameter!r} is the slider's parameter; it cannot also be a live control")
+    if explorer_mode(mode) == "static":
+        defaults = {name: getattr(value, "value", value) for name, value in live.items()}
+        return image_slider(values, lambda v: draw(**{parameter: v}, **defaults), description, start, dpi, format_value)
+    return _live_explorer(draw, parameter, values, description, live, start, dpi, format_value)
+
+
+def _live_explorer(draw, parameter, values, description, live, start, dpi, format_value):
+    import ipywidgets as widgets
+
+    style = {"description_width": "initial"}
+    # The slider offers the precomputed positions; the box beside it takes any value.
+    slider = widgets.SelectionSlider(
+        options=[(format_value(v), k) for k, v in enumerate(values)],
+        value=start,
+        description=description,
+        continuous_update=False,
+        style=style,
+        layout=widgets.Layout(width="420px"),
+    )
+    first = values[start]
+    box_options = {"description": "or type", "style": style, "layout": widgets.Layout(width="170px")}
+    if all(_is_int(v) for v in values):
+        typed = widgets.IntText(value=int(first), **box_options)
+    elif all(_is_real(v) for v in values):
+        typed = widgets.FloatText(value=float(first), **box_options)
+    else:  # labels: the slider alone picks them
+        typed = None
+    controls = [_Control(name, default) for name, default in live.items()]
+    picture = widgets.Image(format="png")
+    status = widgets.HTML()
+    state = {"value": first}
+
+    def params() -> dict:
+        return {parameter: state["value"], **{c.name: c.read() for c in controls}}
+
+    def redraw(*_):
+        shown = ", ".join(f"{k} = {v!r}" for k, v in params().items())
+        status.value = f"<i>computing {html.escape(shown)} …</i>"
+        try:
+            picture.value = figure_png(draw(**params()), dpi=dpi)
+        except Exception as exc:  # shown to the reader, who typed the value
+            status.value = f'<span style="color:#b00">{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</span>'
+            return
+        status.value = f"<small>computed live: {html.escape(shown)}</small>"
+
+    def from_slider(change):
+        state["value"] = values[change["new"]]
+        if typed is not None and typed.value != state["value"]:
+            typed.value = state["value"]  # observed below: redraws once
+        else:
+            redraw()
+
+    def from_box(change):
+        state["value"] = change["new"]
+        redraw()
+
+    slider.observe(from_slider, names="value")
+    if typed is not None:
+        typed.observe(from_box, names="value")
+    for control in controls:
+        for widget in control.inputs:
+            widget.observe(redraw, names="value")
+    header = widgets.HBox([slider] + ([typed] if typed is not None else []))
+    rows = [header]
+    if controls:
+        rows.append(widgets.HBox([c.widget for c in controls], layout=widgets.Layout(flex_flow="row wrap")))
+    box = widgets.VBox([*rows, status, picture])
+    box.controls = {**({parameter: typed} if typed is not None else {}), **{c.name: c.widget for c in controls}}
+    box.slider, box.picture, box.status, box.redraw = slider, picture, status, redraw
+    redraw()
+    return box
+
+
+__all__ += ["EXPLORERS_ENV", "StaticSlider", "explorer", "explorer_mode", "static_explorers"]
