@@ -223,7 +223,7 @@ def train_many(
 ) -> Trajectory:
     """One trajectory of GD, NGD or Polyak on each of S problems, all stepped together.
 
-    :func:`attnlib.train` on :func:`attnlib.stack_problems` ``(problems)``, with this chapter's
+    :func:`attnlib.train` on :func:`attnlib.stack_problems` ``(problems)``, with these
     defaults: every problem starts at zero and the steps are recorded on a log grid.
 
     Args:
