@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 JOBS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup assets browser lint format book test bench robustness lock clean
+.PHONY: setup assets browser lint format book test bench robustness lock clean lab
 
 setup: $(STAMP)
 
@@ -65,6 +65,18 @@ SEEDS ?= 1000:1099
 BACKEND ?= local
 robustness: setup
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m attnlib robustness --seeds $(SEEDS) --jobs $(JOBS) --backend $(BACKEND)
+
+# JupyterLab on the project's environment, on this machine only (127.0.0.1), the notebooks folder
+# open: rerun a chapter and its explorers recompute live (attnlib.explorer). Open the URL it prints
+# (it carries the access token). The kernels' traffic is encrypted (CurveZMQ keys from the kernel
+# manager); root (a container) is allowed. LAB_PORT=0 picks a free port; LAB_ARGS=--no-browser on a
+# machine without a browser.
+LAB_PORT ?= 8888
+LAB_ARGS ?=
+lab: setup
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+	  --KernelManager.transport_encryption=auto \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks
 
 # Freeze the whole resolved environment after changing requirements.txt.
 lock: setup
