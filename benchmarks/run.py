@@ -21,6 +21,8 @@ results in the file):
 - ``memory``: peak RSS of a batched run (fresh process) against ``record_every``.
 - ``local_converge``: the [TFSVM] local-convergence experiment (n=6, T=8, d=10, 100 seeds ×
   2000 NGD steps in one batch, W-SVM Frobenius and nuclear at each final selection), end to end.
+- ``rank_grid``: the [TFSVM] rank-versus-d grid (5 (n, T) × 8 d × 100 seeds × 2 SVMs,
+  ``al.svm_rank_grid``; infeasible instances counted apart), on a pool of 2 processes.
 
 Nothing here asserts a speed; the numbers are printed as tables and written as JSON, which the
 book's Performance page reads. The machine is described in the file (CPU, load average).
@@ -43,10 +45,12 @@ import attnlib as al
 from attnlib.model import TokenSelectionProblem
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("batching", "scaling", "svm", "memory", "local_converge")
+SECTIONS = ("batching", "scaling", "svm", "memory", "local_converge", "rank_grid")
 #: Official [TFSVM] local_converge notebook on this machine type (median of 3 runs), from the
 #: project's perf-anchor note (measured 2026-11-29, torch 2.13 CPU, 2 vCPU): not re-measured here.
 OFFICIAL_LOCAL_CONVERGE_S = 435.2
+#: Official [TFSVM] svm_rank notebook (RUN=100, the full grid) on this machine type, same note (median of 3).
+OFFICIAL_SVM_RANK_S = 628.1
 #: The same note's estimate of the official notebook's W half alone (its (K, Q) half is not rebuilt).
 OFFICIAL_LOCAL_CONVERGE_W_HALF_S = 158.0
 
@@ -439,29 +443,9 @@ def bench_memory(quick: bool) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- [TFSVM]
-def train_kq(stack, K0: np.ndarray, Q0: np.ndarray, steps: int, lr: float = 0.1) -> np.ndarray:
-    """NGD on the factorisation ``W = K Qᵀ`` for a stack of problems; returns the final W (S, d, d).
-
-    The gradient of ``L(K Qᵀ)`` is ``(∇_W Q, ∇_Wᵀ K)``; each step moves ``(K, Q)`` by ``lr`` along the
-    normalised joint gradient. ``∇_W`` comes as ``exp(log_scale)·g`` (the scale drops out of NGD).
-    """
-    K, Q = K0.copy(), Q0.copy()
-    S, d = K.shape[0], K.shape[1]
-    for _ in range(steps):
-        W = K @ np.swapaxes(Q, 1, 2)
-        with np.errstate(over="ignore", invalid="ignore"):
-            _, g = stack._scaled_grad_from(stack._terms_from_flat(W.reshape(S, d * d)))
-        gW = g.reshape(S, d, d)
-        gK, gQ = gW @ Q, np.swapaxes(gW, 1, 2) @ K
-        norm = np.sqrt((gK * gK).sum(axis=(1, 2)) + (gQ * gQ).sum(axis=(1, 2)))
-        scale = np.where(norm > 0, lr / np.where(norm > 0, norm, 1.0), 0.0)[:, None, None]
-        K -= scale * gK
-        Q -= scale * gQ
-    return K @ np.swapaxes(Q, 1, 2)
-
-
 def _svms(probs, alpha, nuc: str, timings: dict, suffix: str = ""):
-    """Frobenius (``al.max_margin``) and nuclear W-SVMs (SCS via one DPP problem, or CLARABEL) per seed."""
+    """Frobenius (``al.max_margin``) and nuclear W-SVMs per seed: "reduced" (``al.nuclear_svm``), SCS via one
+    DPP problem, or CLARABEL through ``al.max_margin``."""
     t0 = time.perf_counter()
     fro, nucl, dpp = [], [], None
     for p, a in zip(probs, alpha):
@@ -472,7 +456,10 @@ def _svms(probs, alpha, nuc: str, timings: dict, suffix: str = ""):
     timings["svm_fro" + suffix] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for p, a in zip(probs, alpha):
-        if nuc == "CLARABEL":
+        if nuc == "reduced":  # al.nuclear_svm: Clarabel on the SDP reduced to the constraints' span
+            sol = al.nuclear_svm(*p.factors, a)
+            nucl.append(sol.W if sol.feasible else None)
+        elif nuc == "CLARABEL":
             try:
                 nucl.append(al.max_margin(p, a, norm="nuc").theta)
             except al.InfeasibleError:
@@ -500,10 +487,11 @@ def local_converge(
     W(0) = 0, NGD η = 0.1, logistic loss, cross-attention random data (as chapter 3); at the end,
     the final selection α̂ of every seed, the W-SVM for α̂ in the Frobenius norm (``al.max_margin``:
     the exact NNLS least-distance solve, cvxpy when it cannot certify its answer) and in the
-    nuclear norm (``nuc``: "SCS" through a DPP problem built once, or "CLARABEL" through
-    ``al.max_margin``), and the correlations of the final W with both. With ``kq``, the same for
-    the factorisation ``W = K Qᵀ`` (K, Q of size d×d, initialised like torch's ``nn.Linear``,
-    uniform in ±1/√d, seeded), trained by :func:`train_kq` in one batch too.
+    nuclear norm (``nuc``: "reduced" through ``al.nuclear_svm``, "SCS" through a DPP problem built
+    once, or "CLARABEL" through ``al.max_margin``), and the correlations of the final W with both.
+    With ``kq``, the same for the factorisation ``W = K Qᵀ`` (K, Q of size d×d, initialised like
+    torch's ``nn.Linear``, uniform in ±1/√d, seeded), trained by ``al.train_kq`` (NGD on the joint
+    normalised gradient) in one batch too.
     """
     timings = {}
     t_all = time.perf_counter()
@@ -530,7 +518,7 @@ def local_converge(
         bound = 1 / np.sqrt(d)
         K0, Q0 = (rng.uniform(-bound, bound, size=(seeds, d, d)) for _ in range(2))
         t0 = time.perf_counter()
-        W_kq = train_kq(stack, K0, Q0, steps)
+        W_kq = al.train_kq(stack, K0, Q0, steps, "ngd", 0.1, record_every=steps).final
         timings["train_kq"] = time.perf_counter() - t0
         alpha_kq = [p.selection(w) for p, w in zip(probs, W_kq)]
         fro_kq, nucl_kq = _svms(probs, alpha_kq, nuc, timings, "_kq")
@@ -555,19 +543,28 @@ def bench_local_converge(quick: bool) -> dict:
     import cvxpy  # noqa: F401
 
     import_s = time.perf_counter() - t0
+    reduced = local_converge(seeds, steps, nuc="reduced")
     scs = local_converge(seeds, steps, nuc="SCS")
     clar = local_converge(seeds, steps, nuc="CLARABEL", kq=not quick)
+    clar_thetas = clar.pop("_thetas")[1]
     agree = [
         _relerr(a.ravel(), b.ravel())
-        for a, b in zip(scs.pop("_thetas")[1], clar.pop("_thetas")[1])
+        for a, b in zip(scs.pop("_thetas")[1], clar_thetas)
         if a is not None and b is not None
     ]
-    best = min((scs, clar), key=lambda r: r["seconds"])
+    agree_reduced = [
+        _relerr(a.ravel(), b.ravel())
+        for a, b in zip(reduced.pop("_thetas")[1], clar_thetas)
+        if a is not None and b is not None
+    ]
+    best = min((reduced, scs, clar), key=lambda r: r["seconds"])
     w_half = best["seconds"] - sum(v for k, v in best["timings"].items() if k.endswith("_kq"))
     return dict(
+        attnlib_reduced=reduced,
         attnlib_scs=scs,
         attnlib_clarabel=clar,
         nuclear_scs_vs_clarabel_max_relerr=max(agree, default=float("nan")),
+        nuclear_reduced_vs_clarabel_max_relerr=max(agree_reduced, default=float("nan")),
         cvxpy_import_s=import_s,
         best_seconds=best["seconds"],
         official_seconds=OFFICIAL_LOCAL_CONVERGE_S,
@@ -578,6 +575,36 @@ def bench_local_converge(quick: bool) -> dict:
         ratio_vs_official=OFFICIAL_LOCAL_CONVERGE_S / best["seconds"] if not quick else None,
         w_half_seconds=w_half,
         ratio_vs_official_w_half=OFFICIAL_LOCAL_CONVERGE_W_HALF_S / w_half if not quick else None,
+    )
+
+
+def bench_rank_grid(quick: bool) -> dict:
+    """The official rank grid rebuilt (``al.svm_rank_grid``), against the official notebook's time."""
+    processes = 2
+    if quick:
+        grid = al.svm_rank_grid(configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(3), processes=processes)
+    else:
+        grid = al.svm_rank_grid(processes=processes)
+    tol = 1e-6
+    ranks = grid.ranks(tol)
+    sv = grid.singular_values[:, grid.feasible]
+    official_style = np.where(ranks < 0, 1, ranks).mean(axis=-1)
+    return dict(
+        setting=dict(configs=grid.configs, ds=grid.ds, seeds=len(grid.seeds), rank_tol=tol),
+        seconds=grid.seconds,
+        processes=processes,
+        instances=int(grid.feasible.size),
+        infeasible=int((~grid.feasible).sum()),
+        lp_sdp_disagreements=grid.disagreements,
+        max_solver_inaccuracy=float(np.nanmax(grid.accuracy)),
+        largest_zero_singular_value=float(sv[sv <= tol].max(initial=0.0)),
+        smallest_kept_singular_value=float(sv[sv > tol].min(initial=1.0)),
+        nuclear_rank_above_frobenius=int(np.sum(ranks[1][grid.feasible] > ranks[0][grid.feasible])),
+        mean_rank=grid.mean_rank(tol).tolist(),
+        mean_rank_official_style=official_style.tolist(),
+        feasible_fraction=grid.feasible.mean(axis=-1).tolist(),
+        official_seconds=OFFICIAL_SVM_RANK_S,
+        ratio_vs_official=None if quick else OFFICIAL_SVM_RANK_S / grid.seconds,
     )
 
 
@@ -634,7 +661,7 @@ def report(result: dict) -> str:
     if "local_converge" in result:
         lc = result["local_converge"]
         out += ["", "[TFSVM] local convergence rebuilt (seconds)"]
-        for key in ("attnlib_scs", "attnlib_clarabel"):
+        for key in ("attnlib_reduced", "attnlib_scs", "attnlib_clarabel"):
             r = lc[key]
             parts = ", ".join(f"{k} {x:.2f}" for k, x in r["timings"].items())
             out += [f"  {key}: {r['seconds']:.2f} s ({parts})"]
@@ -643,6 +670,21 @@ def report(result: dict) -> str:
                 f"  official {lc['official_seconds']} s (perf-anchor note, not this run): ratio "
                 f"{lc['ratio_vs_official']:.0f}×; W half alone {lc['w_half_seconds']:.2f} s vs the note's estimate "
                 f"of the official W half: {lc['ratio_vs_official_w_half']:.0f}×"
+            ]
+    if "rank_grid" in result:
+        rg = result["rank_grid"]
+        out += [
+            "",
+            f"[TFSVM] rank grid rebuilt: {rg['instances']} instances ({rg['infeasible']} infeasible, counted apart) in "
+            f"{rg['seconds']:.1f} s on {rg['processes']} processes; solver inaccuracy ≤ "
+            f"{rg['max_solver_inaccuracy']:.1e}, "
+            f"zeros ≤ {rg['largest_zero_singular_value']:.1e} < threshold {rg['setting']['rank_tol']:g} < kept ≥ "
+            f"{rg['smallest_kept_singular_value']:.1e}",
+        ]
+        if rg["ratio_vs_official"]:
+            out += [
+                f"  official svm_rank {rg['official_seconds']} s (perf-anchor note): "
+                f"ratio {rg['ratio_vs_official']:.1f}×"
             ]
     return "\n".join(out)
 
@@ -669,6 +711,7 @@ def main(argv=None):
         svm=bench_svm,
         memory=bench_memory,
         local_converge=bench_local_converge,
+        rank_grid=bench_rank_grid,
     )
     durations = result.setdefault("section_seconds", {})
     for name in sections:
