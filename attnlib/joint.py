@@ -1,4 +1,4 @@
-"""Joint training of the attention ``p`` and the head ``v`` (THEORY §7, [MMTS]).
+"""Joint training of the attention ``p`` and the head ``v`` ([MMTS], joint training).
 
 Trained together, ``v`` tends to the label SVM on the selected tokens, and ``p`` to an attention
 SVM whose constraints the label SVM's *support vectors* decide:
@@ -105,7 +105,7 @@ def _selection(select, n: int, T: int) -> np.ndarray:
 
 
 def joint_svms(X, y, select, W=None) -> JointSVMs:
-    """Label SVM, its support set ``S`` and the full and relaxed p-SVMs (THEORY §2, §7).
+    """Label SVM, its support set ``S`` and the full and relaxed p-SVMs ([MMTS], joint training).
 
     Args:
         X: (n, T, d) tokens.  y: (n,) labels ±1.
@@ -262,8 +262,8 @@ def offset_tolerance(steps, theta, direction, slack: float = 1.5, floor: float =
     """Directional convergence with a bounded offset, tested at the last record: ``(1 − cos, tol, c)``.
 
     If ``θ(t) = c(t) d̂ + o(t)`` with a bounded offset ``o`` while ``‖θ‖`` grows, then
-    ``1 − cos(θ, d) ≈ ‖o‖² / (2‖θ‖²)`` (THEORY §10.11). The offset is bounded by what it was over
-    ``[T/4, T/2]``: ``B = max ‖o(t)‖`` there, and the tolerance at ``T`` is
+    ``1 − cos(θ, d) ≈ ‖o‖² / (2‖θ‖²)`` (``‖o‖`` is :func:`orthogonal_offset`). The offset is bounded by
+    what it was over ``[T/4, T/2]``: ``B = max ‖o(t)‖`` there, and the tolerance at ``T`` is
     ``tol = (slack·B)² / (2‖θ(T)‖²)`` (at least ``floor``, float rounding). A run converging to
     another direction has an offset that grows like ``‖θ‖`` (doubling from ``T/2`` to ``T`` under
     NGD) and fails for ``slack < 2``; a max over a window, not one record, because the offset can
