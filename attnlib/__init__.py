@@ -75,6 +75,12 @@ from .paths import (
     log_gap_grad,
     nonlinear_head,
     regularization_path,
+    direction_bound,
+    margin_ratio,
+    min_margin,
+    parameter_norm,
+    ray_gap_excess,
+    ray_margin_bound,
 )
 from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
@@ -167,6 +173,12 @@ __all__ = [
     "log_gap_grad",
     "nonlinear_head",
     "regularization_path",
+    "direction_bound",
+    "margin_ratio",
+    "min_margin",
+    "parameter_norm",
+    "ray_gap_excess",
+    "ray_margin_bound",
     "BasinMap",
     "basin_map",
     "classify_motion",

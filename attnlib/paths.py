@@ -45,9 +45,16 @@ __all__ = [
     "nonlinear_head",
     "OBJECTIVES",
     "PARAMETRIZATIONS",
+    "NORMS",
+    "parameter_norm",
+    "min_margin",
+    "margin_ratio",
+    "ray_margin_bound",
+    "direction_bound",
+    "ray_gap_excess",
 ]
 
-#: ``"auto"`` picks, per radius, the plain loss while ``(L − L*)/L ≥ switch_gap`` at the warm start,
+#: ``"auto"`` picks, per radius, the plain loss while ``(L − L*)/L ≥ switch_gap`` at every start,
 #: and ``log(L − L*)`` afterwards.
 OBJECTIVES = ("auto", "loss", "log_gap")
 #: ``"direct"``: θ itself in the ball ``‖θ‖_F ≤ R``. ``"kq"``: ``W = K Qᵀ`` with ``‖K‖²_F + ‖Q‖²_F ≤ 2R``.
@@ -66,9 +73,10 @@ class RegularizationPath:
         log_gap: (N,) ``log(L − L*)`` at ``θ̄(R)`` (accurate where the gap underflows).
         norm: (N,) the constrained norm at the solution: ``‖θ̄‖_F`` (direct) or
             ``(‖K̄‖²_F + ‖Q̄‖²_F)/2`` (kq); equal to ``R`` when the constraint is active.
-        start_objective: (N, S) final objective of each of the ``S = 2·n_starts + 1`` starts: first the
-            branches carried from the previous radius (best first), then fresh random points on the
-            sphere (all random at the first radius); ``inf`` where a start failed.
+        start_objective: (N, S) final objective of each of the ``S = 2·n_starts + 1`` starts (``+ 1``
+            with a ``guide``, last): first the branches carried from the previous radius (best
+            first), then fresh random points on the sphere (all random at the first radius); ``inf``
+            where a start failed.
         start_cosine: (N, S) cosine between each start's final ``θ`` and the best one.
         iterations: (N,) iterations until every start stopped.
         converged: (N,) the best start met the stopping test (not the iteration cap).
@@ -447,6 +455,7 @@ def regularization_path(
     switch_gap: float = 1e-4,
     max_iter: int = 3000,
     tol: float = 1e-8,
+    guide=None,
 ) -> RegularizationPath:
     """Regularization path ``θ̄(R) = argmin_{‖θ‖ ≤ R} L(θ)`` over ``radii`` ([MMTS], [TFSVM]).
 
@@ -476,9 +485,15 @@ def regularization_path(
         width: inner dimension ``m`` of ``K`` (d, m) and ``Q`` (d_z, m); default ``min(d, d_z)``.
         objective: ``"auto"``, ``"loss"`` (the plain ``L``) or ``"log_gap"`` (``log(L − L*)``).
             Both have the same minimisers; ``"auto"`` uses ``L`` while the relative gap
-            ``(L − L*)/L`` at the warm start is at least ``switch_gap``, then ``log(L − L*)``.
+            ``(L − L*)/L`` is at least ``switch_gap`` at every start, then ``log(L − L*)``.
         max_iter: iteration cap per radius.  tol: stopping tolerance (relative move, and tangential
             part of the gradient relative to its norm).
+        guide: ``None``, or (N, *shape) parameters ``θ`` (e.g. another path's solutions) added as one
+            more start at each radius, rescaled onto the sphere; for ``"kq"`` it is factorised as
+            ``K = U√s``, ``Q = V√s`` (SVD ``θ = U diag(s) Vᵀ``), so ``‖KQᵀ‖_* = R``. Random starts at
+            a large radius land where the softmax is saturated on arbitrary tokens, so the
+            factorised landscape needs such a start to track the global branch; it is only a start
+            (the lowest objective still wins).
 
     Returns:
         :class:`RegularizationPath` with ``theta`` (N, *shape).
@@ -507,6 +522,10 @@ def regularization_path(
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
     if not (np.isfinite(tol) and 0 < tol < 1):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    if guide is not None:
+        guide = np.asarray(guide, float)
+        if guide.shape != (len(r),) + tuple(prob.shape) or not np.all(np.isfinite(guide)):
+            raise ValueError(f"guide must be finite with shape {(len(r),) + tuple(prob.shape)}, got {guide.shape}")
     rng = np.random.default_rng(seed)
     shape = prob.shape
 
@@ -526,6 +545,11 @@ def regularization_path(
             K, Q = unpack(x)
             return K @ np.swapaxes(Q, 1, 2)
 
+        def from_theta(theta, R):
+            U, sv, Vt = np.linalg.svd(theta * (R / np.sum(np.linalg.svd(theta, compute_uv=False))))
+            root = np.sqrt(sv[:m])
+            return np.concatenate([(U[:, :m] * root).ravel(), (Vt[:m].T * root).ravel()])
+
         def chain(x, gW):
             K, Q = unpack(x)
             gK, gQ = factor_grad(gW, K, Q)
@@ -544,6 +568,9 @@ def regularization_path(
 
         def to_theta(x):
             return x.reshape((-1,) + shape)
+
+        def from_theta(theta, R):
+            return theta.ravel() * (R / np.linalg.norm(theta))
 
         def chain(x, gW):
             return gW.reshape(len(x), -1)
@@ -567,7 +594,7 @@ def regularization_path(
 
     N = len(r)
     keep = n_starts + 1  # branches carried from one radius to the next
-    S = 2 * n_starts + 1  # starts per radius: the branches plus n_starts fresh random points
+    S = 2 * n_starts + 1 + (guide is not None)  # the branches, n_starts fresh random points, the guide
     xs = np.empty((N, dim))
     kinds = np.empty(N, dtype=object)
     start_obj = np.empty((N, S))
@@ -579,14 +606,16 @@ def regularization_path(
         rho = radius(R)
         starts = rng.standard_normal((S, dim))
         starts *= rho / np.linalg.norm(starts, axis=1, keepdims=True)
+        if guide is not None:
+            starts[-1] = from_theta(guide[j], R)
         if branches is not None:
             nb = len(branches)
             starts[:nb] = branches * (rho / np.maximum(np.linalg.norm(branches, axis=1, keepdims=True), 1e-300))
         kind = objective
         if kind == "auto":
-            th0 = to_theta(starts[:1])
-            value = float(prob.value(th0)[0])
-            rel = np.exp(float(prob.log_gap(th0)[0])) / value if value > 0 else 0.0
+            th0 = to_theta(starts)  # the most saturated start decides (the plain loss cannot rank it)
+            value = prob.value(th0)
+            rel = np.min(np.exp(prob.log_gap(th0)) / np.where(value > 0, value, np.inf))
             kind = "loss" if rel >= switch_gap else "log_gap"
         x, f, it, ok = _ball_descent(make_fg(kind), starts, rho, max_iter, tol)
         f = np.where(np.isfinite(f), f, np.inf)
@@ -625,3 +654,145 @@ def regularization_path(
         parametrization=parametrization,
         factors=factors,
     )
+
+
+# ---------------------------------------------------------------------- the comparison with the SVM ray
+
+NORMS = ("fro", "nuc")
+
+
+def _features(prob) -> np.ndarray:
+    """Logit features ``A`` (n, T, *shape): the keys of a nonlinear-head model, ``prob.A`` otherwise."""
+    return prob.keys if isinstance(prob, NonlinearHeadAttention) else prob.A
+
+
+def parameter_norm(theta, norm: str = "fro", param_ndim: int = 1) -> np.ndarray:
+    """``‖θ‖_F`` (``"fro"``) or the nuclear norm ``‖θ‖_*`` (``"nuc"``) over the last ``param_ndim`` axes.
+
+    Args:
+        theta: (*batch, *shape) with ``len(shape) == param_ndim`` (2 for ``"nuc"``).
+
+    Returns (*batch,).
+
+    >>> float(parameter_norm(np.diag([3.0, 4.0]), "fro", 2)), float(parameter_norm(np.diag([3.0, 4.0]), "nuc", 2))
+    (5.0, 7.0)
+    """
+    theta = np.asarray(theta, float)
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {list(NORMS)}, got {norm!r}")
+    if param_ndim < 1 or theta.ndim < param_ndim or (norm == "nuc" and param_ndim != 2):
+        raise ValueError(f"cannot take the {norm!r} norm over {param_ndim} trailing axes of shape {theta.shape}")
+    if norm == "nuc":
+        return np.sum(np.linalg.svd(theta, compute_uv=False), axis=-1)
+    return np.sqrt(np.sum(theta**2, axis=tuple(range(-param_ndim, 0))))
+
+
+def min_margin(prob, theta) -> np.ndarray:
+    """Smallest token margin ``m(θ) = min_{i, t≠opt_i} ⟨θ, A_{i,opt_i} − A_it⟩`` (ATT-SVM constraints): (*batch,).
+
+    ``θ/m(θ)`` is feasible for the SVM whenever ``m(θ) > 0``. ``prob``: a
+    :class:`TokenSelectionProblem` or a :class:`NonlinearHeadAttention` (its keys and induced ``opt``).
+    """
+    A = _features(prob)
+    n, T = A.shape[:2]
+    shape = A.shape[2:]
+    theta = np.asarray(theta, float)
+    batch = theta.shape[: theta.ndim - len(shape)]
+    flat = theta.reshape(batch + (-1,))
+    logits = np.einsum("...k,itk->...it", flat, A.reshape(n, T, -1))
+    opt = np.asarray(prob.opt)
+    diff = logits[..., np.arange(n), opt][..., None] - logits
+    return np.min(np.where(np.arange(T) != opt[:, None], diff, np.inf), axis=(-2, -1))
+
+
+def margin_ratio(prob, theta, theta_mm, norm: str = "fro") -> np.ndarray:
+    """Normalised margin of ``θ`` against the SVM's: ``ρ(θ) = m(θ)/‖θ‖ · ‖θ_mm‖`` (in ``norm``): (*batch,).
+
+    ``θ_mm`` is the max-margin solution in the same norm (margin ``1/‖θ_mm‖``), so ``ρ ≤ 1`` for every
+    ``θ``, with equality on the SVM ray only (for ``"fro"``; the nuclear SVM need not be unique).
+    """
+    theta, theta_mm = np.asarray(theta, float), np.asarray(theta_mm, float)
+    k = theta_mm.ndim
+    return min_margin(prob, theta) / parameter_norm(theta, norm, k) * float(parameter_norm(theta_mm, norm, k))
+
+
+def ray_margin_bound(prob, theta_mm, radii, norm: str = "fro") -> np.ndarray:
+    """Lower bound on the margin ratio ``ρ(θ̄(R))`` of any ``θ̄`` in the ``R``-ball that is no worse than the ray.
+
+    Let ``θ_R = R θ_mm/‖θ_mm‖`` (the SVM ray: every margin ``≥ R/‖θ_mm‖``) and ``θ̄`` with
+    ``‖θ̄‖ ≤ R`` and ``L(θ̄) ≤ L(θ_R)`` (true for the minimiser over the ball). For a convex decreasing
+    loss, ``L − L* ≥ (1/n) |ℓ'(γ_i,opt)| (γ_i,opt − γ_it) σ_it`` for every ``(i, t)``; at the pair
+    with the smallest margin ``m = m(θ̄)``, ``σ_it ≥ 1/(e^m + T − 1)``. Hence, with
+    ``w = min_{i,t≠opt} |ℓ'(γ_i,opt)| (γ_i,opt − γ_it)/n``,
+
+    .. math::
+
+        m(\\bar θ) \\ge m_{lo}(R) = \\log\\Big(\\frac{w}{\\mathcal L(θ_R) - \\mathcal L_\\star} - (T-1)\\Big),
+        \\qquad ρ(\\bar θ(R)) \\ge \\frac{m_{lo}(R)\\, ‖θ_{mm}‖}{R}.
+
+    ``L(θ_R) − L* ≈ c e^{−R/‖θ_mm‖}``, so the bound is ``1 − O(1/R)``: the argument of the
+    regularization-path theorem of [MMTS] made quantitative. For a nonlinear head with a convex
+    ``h`` (:class:`NonlinearHeadAttention`) the same bound holds with the single-token scores (Jensen).
+
+    Args:
+        prob: :class:`TokenSelectionProblem` or :class:`NonlinearHeadAttention`.
+        theta_mm: (*shape) the SVM solution in ``norm``.  radii: (N,).  norm: ``"fro"`` or ``"nuc"``.
+
+    Returns ``ρ_lo`` (N,); ``-inf`` where the bound is vacuous (the argument of the log is ``≤ 0``).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> lo = al.ray_margin_bound(prob, al.max_margin(prob).theta, [10.0, 100.0, 1000.0])
+    >>> bool(lo[0] < lo[1] < lo[2] < 1), bool(lo[2] > 0.99)
+    (True, True)
+    """
+    r = _check_radii(radii)
+    theta_mm = np.asarray(theta_mm, float)
+    scale = float(parameter_norm(theta_mm, norm, theta_mm.ndim))
+    ray = r.reshape((-1,) + (1,) * theta_mm.ndim) * (theta_mm / scale)
+    gamma = np.asarray(prob.gamma, float)
+    n, T = gamma.shape
+    g_opt = gamma[np.arange(n), prob.opt]
+    slope = -prob.loss.derivative(g_opt)  # |ℓ'(γ_opt)|, > 0 for a decreasing loss
+    w = np.min(np.where(np.arange(T) != prob.opt[:, None], slope[:, None] * (g_opt[:, None] - gamma), np.inf)) / n
+    # m_lo = log(w e^{-g} − (T−1)) in log space (e^{-g} overflows for g = log(L − L*) < −709)
+    head = np.log(w) - prob.log_gap(ray)
+    frac = (T - 1) * np.exp(-head)  # (T−1)/(w e^{-g}); < 1 where the bound is not vacuous
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m_lo = np.where(frac < 1, head + np.log1p(-np.minimum(frac, 1.0)), -np.inf)
+    return m_lo * scale / r
+
+
+def direction_bound(rho) -> np.ndarray:
+    """``1 − cos(θ, θ_mm) ≤ 1/ρ² − 1`` for the Frobenius (Euclidean) SVM, given the margin ratio ``ρ > 0``.
+
+    ``q = θ/m(θ)`` is SVM-feasible with ``‖q‖ = ‖θ_mm‖/ρ``; ``θ_mm`` is the projection of 0 on the
+    feasible set, so ``‖q − θ_mm‖² ≤ ‖q‖² − ‖θ_mm‖²`` and ``1 − cos ≤ sin² ≤ ‖q − θ_mm‖²/‖θ_mm‖²``.
+    ``inf`` where ``ρ ≤ 0``. Not valid for the nuclear norm (not strongly convex).
+
+    >>> float(direction_bound(0.5))
+    3.0
+    """
+    rho = np.asarray(rho, float)
+    with np.errstate(divide="ignore"):
+        return np.where(rho > 0, 1.0 / np.where(rho > 0, rho, 1.0) ** 2 - 1.0, np.inf)
+
+
+def ray_gap_excess(prob, path: RegularizationPath, theta_mm, norm: str = "fro") -> np.ndarray:
+    """How far the path's solutions beat the SVM ray: ``log(L(θ_R) − L*) − log(L(θ̄(R)) − L*)``, (N,).
+
+    ``θ_R = R θ_mm/‖θ_mm‖`` (``norm``: ``"fro"`` for a direct path, ``"nuc"`` for a ``"kq"`` path,
+    whose ball is ``‖W‖_* ≤ R``) lies in the ball, so the true minimiser has a value ``≥ 0``; a negative
+    value means the search stopped at a worse point, and :func:`ray_margin_bound` does not apply to it.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> sol = al.max_margin(prob)
+    >>> path = al.regularization_path(prob, [10.0, 100.0], n_starts=2)
+    >>> bool(np.all(al.ray_gap_excess(prob, path, sol.theta) >= 0))
+    True
+    """
+    theta_mm = np.asarray(theta_mm, float)
+    unit = theta_mm / float(parameter_norm(theta_mm, norm, theta_mm.ndim))
+    ray = path.radii.reshape((-1,) + (1,) * theta_mm.ndim) * unit
+    return prob.log_gap(ray) - path.log_gap

@@ -196,3 +196,103 @@ def test_bad_problem_and_shapes_raise():
         al.nonlinear_head(np.ones((2, 3, 4)), np.ones((5, 4)), -np.ones(5))
     with pytest.raises(ValueError, match="p must"):
         nonlinear_model().grad(np.zeros(5))
+
+
+# ---------------------------------------------------------------------- the comparison with the SVM ray
+
+
+def test_parameter_norm_min_margin_and_margin_ratio_of_the_svm():
+    M = np.diag([3.0, 4.0])
+    assert al.parameter_norm(M, "fro", 2) == pytest.approx(5.0)
+    assert al.parameter_norm(M, "nuc", 2) == pytest.approx(7.0)
+    np.testing.assert_allclose(al.parameter_norm(np.ones((4, 3)), "fro", 1), np.sqrt(3.0))
+    with pytest.raises(ValueError, match="norm"):
+        al.parameter_norm(M, "max", 2)
+    with pytest.raises(ValueError, match="trailing axes"):
+        al.parameter_norm(np.ones(3), "nuc", 1)
+    prob = unequal_multi_input(0)
+    sol = al.max_margin(prob)
+    assert al.min_margin(prob, sol.theta) == pytest.approx(1.0, abs=1e-6)  # the SVM's active constraints
+    assert al.margin_ratio(prob, 7.0 * sol.theta, sol.theta) == pytest.approx(1.0, abs=1e-6)
+    sa = al.datasets.random_tokens(3, 4, 4, seed=1)
+    fro, nuc = al.max_margin(sa), al.max_margin(sa, norm="nuc")
+    assert al.margin_ratio(sa, nuc.theta, nuc.theta, "nuc") == pytest.approx(1.0, abs=1e-5)
+    assert al.margin_ratio(sa, fro.theta, nuc.theta, "nuc") < 1.0  # the other SVM has a smaller ratio
+    assert al.margin_ratio(sa, nuc.theta, fro.theta, "fro") < 1.0
+
+
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "linear"])
+def test_loss_gap_lower_bound_behind_ray_margin_bound(loss):
+    """Step 2 of the derivation: L − L* ≥ w/(e^m + T − 1), m the smallest margin, at random θ."""
+    scores = np.random.default_rng(5).uniform(0.0, 0.9, size=(3, 6))
+    prob = al.datasets.multi_input(0, nonopt_scores=scores, loss=loss)
+    sol = al.max_margin(prob)
+    rng = np.random.default_rng(0)
+    theta = sol.theta * rng.uniform(0.5, 30.0, size=(200, 1)) + rng.normal(scale=2.0, size=(200, 3))
+    m = al.min_margin(prob, theta)
+    g_opt = prob.gamma[np.arange(prob.n), prob.opt]
+    w = np.min((-prob.loss.derivative(g_opt)[:, None] * (g_opt[:, None] - prob.gamma))[:, 1:]) / prob.n
+    lower = np.log(w) - np.logaddexp(m, np.log(prob.T - 1))
+    ok = m > 0
+    assert ok.sum() > 50
+    assert np.all(prob.log_gap(theta[ok]) >= lower[ok] - 1e-9)
+
+
+def test_ray_margin_bound_holds_on_the_path_and_tends_to_one():
+    prob = unequal_multi_input(1)
+    sol = al.max_margin(prob)
+    radii = np.array([2.0, 20.0, 200.0, 2000.0])
+    path = al.regularization_path(prob, radii, n_starts=3, seed=0)
+    lo = al.ray_margin_bound(prob, sol.theta, radii)
+    assert np.all(np.diff(lo) > 0) and lo[-1] > 0.99
+    assert np.all(al.ray_gap_excess(prob, path, sol.theta) >= -1e-9)
+    rho = al.margin_ratio(prob, path.theta, sol.theta)
+    assert np.all(rho >= lo - 1e-12) and np.all(rho <= 1 + 1e-9)
+    bound = al.direction_bound(lo)
+    err = al.one_minus_cosine(path.theta, sol.theta)
+    assert np.all(err[lo > 0] <= bound[lo > 0])
+    # a wrong reference (the SVM on the raw tokens instead of the keys) violates the bound
+    raw = al.max_margin(al.TokenSelectionProblem(prob_raw_tokens(prob), prob.gamma, prob.loss))
+    assert al.one_minus_cosine(path.theta[-1], raw.theta) > bound[-1]
+
+
+def prob_raw_tokens(prob):
+    """The raw tokens of the multi-input data: keys (first two coordinates) plus the score coordinate."""
+    return np.concatenate([prob.A[..., :2], prob.gamma[..., None]], axis=-1)
+
+
+def test_direction_bound_from_margin_ratio():
+    assert al.direction_bound(0.5) == pytest.approx(3.0)
+    assert al.direction_bound(-0.1) == np.inf
+    prob = unequal_multi_input(0)
+    sol = al.max_margin(prob)
+    theta = sol.theta + np.random.default_rng(2).normal(scale=0.3, size=(500, 3))
+    rho = al.margin_ratio(prob, theta, sol.theta)
+    ok = rho > 0
+    assert ok.sum() > 100
+    assert np.all(al.one_minus_cosine(theta[ok], sol.theta) <= al.direction_bound(rho[ok]) + 1e-12)
+
+
+def test_kq_path_with_guide_start():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=1)
+    radii = [1.0, 10.0, 100.0]
+    w = al.regularization_path(prob, radii, n_starts=1, seed=0)
+    kq = al.regularization_path(prob, radii, n_starts=1, seed=0, parametrization="kq", guide=w.theta, tol=1e-6)
+    assert kq.start_objective.shape == (3, 4)  # 2·n_starts + 1 + the guide
+    np.testing.assert_allclose(kq.norm, radii, rtol=1e-10)
+    nuc = al.max_margin(prob, norm="nuc")
+    assert np.all(al.ray_gap_excess(prob, kq, nuc.theta, "nuc") >= -1e-9)
+    with pytest.raises(ValueError, match="guide"):
+        al.regularization_path(prob, radii, parametrization="kq", guide=w.theta[:2])
+
+
+def test_minimiser_inside_the_ball_when_the_svm_is_infeasible():
+    """Outside the theorem's hypotheses the path need not reach the sphere: the failing input of the
+    chapter's on-the-sphere check. Two inputs pull p in opposite directions along one key axis."""
+    A = np.array([[[0.0], [1.0]], [[0.0], [1.0]]])
+    gamma = np.array([[1.0, 0.0], [0.0, 2.0]])
+    prob = al.TokenSelectionProblem(A, gamma, "logistic")
+    with pytest.raises(al.InfeasibleError):
+        al.max_margin(prob)
+    path = al.regularization_path(prob, [10.0], n_starts=2, seed=0)
+    assert path.norm[0] < 0.5 * path.radii[0]
