@@ -261,7 +261,7 @@ def classify_alignment(p, svms: JointSVMs, fraction: float = 0.25, min_separatio
 def offset_tolerance(steps, theta, direction, slack: float = 1.5, floor: float = 1e-14):
     """Directional convergence with a bounded offset, tested at the last record: ``(1 − cos, tol, c)``.
 
-    If ``θ(t) = c(t) d̂ + o(t)`` with a bounded offset ``o`` while ``‖θ‖`` grows, then
+    If ``θ(t) = a(t) d̂ + o(t)`` with a bounded offset ``o`` while ``‖θ‖`` grows, then
     ``1 − cos(θ, d) ≈ ‖o‖² / (2‖θ‖²)`` (``‖o‖`` is :func:`orthogonal_offset`). The offset is bounded by
     what it was over ``[T/4, T/2]``: ``B = max ‖o(t)‖`` there, and the tolerance at ``T`` is
     ``tol = (slack·B)² / (2‖θ(T)‖²)`` (at least ``floor``, float rounding). A run converging to
