@@ -1,4 +1,4 @@
-"""Regularization path: the constrained minimiser of the loss on growing balls (THEORY §5).
+"""Regularization path: the constrained minimiser of the loss on growing balls ([MMTS], [TFSVM]).
 
 .. math::
 
@@ -13,7 +13,7 @@ The problem is non-convex, so every radius is solved from several starts (random
 sphere plus the previous radius's solution, scaled), all stepped together as one batch by
 projected gradient descent with Barzilai–Borwein steps and an Armijo backtracking test.
 
-Why not minimise ``L`` directly (THEORY §10.6): ``L − L* ≈ e^{−R·margin}`` falls below the float
+Why not minimise ``L`` directly: ``L − L* ≈ e^{−R·margin}`` falls below the float
 resolution of ``L`` already at ``R ≈ 20–40``, so every candidate has the same computed loss and a
 solver has nothing to compare. ``log(L − L*)`` has the same minimisers (a monotone transform) and
 stays well scaled at every ``R``, because attnlib computes the gap without subtracting ``L*``. Its
