@@ -63,7 +63,7 @@ from .rates import curves, log_steps
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
-from .digits import DigitPatches, digit_patches, fit_patch_head
+from .digits import DigitPatches, digit_patches, fit_patch_head, follow_selection
 from .joint import random_joint_tokens
 from .rates import separable_data
 
@@ -205,6 +205,7 @@ __all__ = [
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",
+    "follow_selection",
     "CHECK_MIME",
     "STATUSES",
     "Check",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DigitPatches", "digit_patches", "fit_patch_head"]
+__all__ = ["DigitPatches", "digit_patches", "fit_patch_head", "follow_selection"]
 
 #: Side of a scikit-learn digit image, in pixels.
 IMAGE_SIZE = 8
@@ -186,3 +186,70 @@ def fit_patch_head(X, y, ridge: float = 1.0) -> np.ndarray:
     F = X.reshape(-1, X.shape[2])
     target = np.repeat(y, X.shape[1])
     return np.linalg.solve(F.T @ F + ridge * np.eye(F.shape[1]), F.T @ target)
+
+
+def follow_selection(
+    prob, theta, saturation: float = 0.99, window: int | None = None, cache: dict | None = None
+) -> dict:
+    """What one recorded trajectory did, measured against the SVM of the selection it made.
+
+    The local theorem of [MMTS] ([TFSVM] for ``W``) says every limit of GD is the ATT-SVM direction
+    ``θ_mm(α)`` of a *locally optimal* selection ``α``; on real tokens the selection a run makes need
+    not be ``opt``. So the run is judged against its own final selection ``α̂_i = argmax_t σ_it(θ(T))``.
+
+    Args:
+        prob: a :class:`attnlib.TokenSelectionProblem` (n samples, T tokens).
+        theta: (R, *shape) recorded parameters, the last one final.
+        saturation: a sample is saturated when ``σ_iα̂_i ≥ saturation``.
+        window: a record index ``w``; if given, also report over the records ``[w, R)``.
+        cache: a dict reused across calls on the same ``prob``: selection → (solution, locally optimal).
+
+    Returns a dict: ``select`` (n,) final selection; ``solution`` its ATT-SVM (``None`` if infeasible);
+    ``local`` locally optimal (:func:`attnlib.is_locally_optimal`); ``feasible_sel``; ``agree`` the
+    fraction of samples with ``α̂_i = opt_i`` and ``agree_min`` its minimum over the records;
+    ``saturated`` the fraction saturated at the end; ``rank`` (n,) how many tokens of the sample score
+    higher than the selected one (0: optimal); ``omc_sel`` ``1 − cos(θ(T), θ_mm(α̂))``. With ``window``:
+    ``settled`` (one selection over the window and every sample saturated at its start), ``growth``
+    ``‖θ(T)‖/‖θ(w)‖`` and ``exponent`` :func:`attnlib.offset_exponent` from ``θ(w)`` to ``θ(T)``
+    against ``θ_mm(α̂)`` (NaN where the selection is infeasible).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> run = al.train(prob, np.zeros(3), 1000, lr=0.1, record_steps=[0, 250, 1000])
+    >>> r = al.follow_selection(prob, run.theta[:, 0], window=1)
+    >>> r["select"].tolist(), r["local"], r["settled"], bool(r["exponent"] < 0.5)
+    ([0], True, True, True)
+    """
+    from .metrics import log_one_minus_mass, offset_exponent, one_minus_cosine
+    from .svm import InfeasibleError, is_locally_optimal, max_margin
+
+    theta = np.asarray(theta, float)
+    if theta.ndim != len(prob.shape) + 1 or theta.shape[1:] != prob.shape or len(theta) < 1:
+        raise ValueError(f"theta must be (R, {', '.join(map(str, prob.shape))}) recorded parameters, got {theta.shape}")
+    if not 0 < saturation < 1:
+        raise ValueError(f"saturation must be in (0, 1), got {saturation!r}")
+    cache = {} if cache is None else cache
+    picks = prob.selection(theta)  # (R, n)
+    final = picks[-1]
+    key = tuple(final.tolist())
+    if key not in cache:
+        try:
+            cache[key] = (max_margin(prob, final), is_locally_optimal(prob, final))
+        except InfeasibleError:
+            cache[key] = (None, False)
+    sol, local = cache[key]
+    saturated = log_one_minus_mass(prob, theta, final) <= np.log1p(-saturation)  # (R, n)
+    chosen = prob.gamma[np.arange(prob.n), final]
+    out = dict(select=final, solution=sol, local=local, feasible_sel=sol is not None)
+    out["agree"] = float(np.mean(final == prob.opt))
+    out["agree_min"] = float(np.mean(picks == prob.opt, axis=1).min())
+    out["saturated"] = float(saturated[-1].mean())
+    out["rank"] = (prob.gamma > chosen[:, None]).sum(1)
+    out["omc_sel"] = float(one_minus_cosine(theta[-1], sol.theta)) if sol is not None else np.nan
+    if window is not None:
+        if not 0 <= window < len(theta):
+            raise ValueError(f"window must be a record index in [0, {len(theta) - 1}], got {window!r}")
+        out["settled"] = bool(np.all(picks[window:] == final) and saturated[window].all())
+        out["growth"] = float(np.linalg.norm(theta[-1]) / np.linalg.norm(theta[window]))
+        out["exponent"] = float(offset_exponent(theta[window], theta[-1], sol.theta)) if sol is not None else np.nan
+    return out

@@ -166,3 +166,23 @@ def test_offset_exponent_separates_a_bounded_offset_from_a_fixed_angle():
     right = al.offset_exponent(run.theta[1, 0], run.theta[2, 0], al.max_margin(prob).theta)
     wrong = al.offset_exponent(run.theta[1, 0], run.theta[2, 0], al.max_margin(prob, [1]).theta)
     assert right < 0.5 < wrong and wrong > 0.9
+
+
+def test_follow_selection_judges_a_run_against_its_own_selection():
+    # Fig. 1(b) of [MMTS]: from (0, -1) NGD ends on the local selection (token 1), not on opt (token 0).
+    prob = al.datasets.single_input(local=True)
+    run = al.train(prob, np.array([0.0, -1.0, 0.0]), 2000, lr=0.1, record_steps=[0, 500, 2000])
+    cache = {}
+    r = al.follow_selection(prob, run.theta[:, 0], window=1, cache=cache)
+    assert r["select"].tolist() == [1] and r["agree"] == 0.0 and r["rank"].tolist() == [1]
+    assert r["local"] and r["feasible_sel"] and r["settled"] and r["saturated"] == 1.0
+    assert np.isclose(r["omc_sel"], al.one_minus_cosine(run.final[0], al.max_margin(prob, [1]).theta))
+    assert r["growth"] > 3 and r["exponent"] < 0.5
+    assert list(cache) == [(1,)]  # the SVM of the selection is solved once per problem
+    # Without a window: no settled/growth/exponent; a start that has not moved is not saturated.
+    still = al.follow_selection(prob, np.zeros((1, 3)), cache=cache)
+    assert "exponent" not in still and still["saturated"] == 0.0 and still["agree_min"] == still["agree"]
+    with pytest.raises(ValueError, match="window"):
+        al.follow_selection(prob, run.theta[:, 0], window=3)
+    with pytest.raises(ValueError, match="theta must be"):
+        al.follow_selection(prob, run.theta[-1, 0])
