@@ -317,7 +317,19 @@ def jupyter_lab(tmp_path_factory):
     work, home = root / "notebooks", root / "home"
     work.mkdir()
     home.mkdir()
-    shutil.copy(EXPLORER_FIXTURE, work / "explorer.ipynb")
+    notebook = json.loads(EXPLORER_FIXTURE.read_text())
+    # A chapter not yet on explorer(): its precomputed slider must move in JupyterLab too.
+    notebook["cells"].append(
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": "precomputed-slider",
+            "metadata": {},
+            "outputs": [],
+            "source": 'al.widgets.image_slider([0.02, 0.5], lambda lr: draw(lr, (1.0, -0.5), 0), "precomputed")',
+        }
+    )
+    (work / "explorer.ipynb").write_text(json.dumps(notebook))
     # Settings of a quiet, fully rendered session: every cell in the DOM (no windowing, which hides
     # cells out of view), and no "Would you like to get notified about news?" toast over the outputs.
     settings = home / "settings" / "@jupyterlab"
@@ -417,6 +429,16 @@ def test_live_explorer_in_jupyterlab(browser, jupyter_lab):
     typed.fill("0.3")
     typed.press("Enter")
     page.wait_for_function("el => el.innerText.includes('lr = 0.3')", arg=status.element_handle(), timeout=60_000)
+
+    precomputed = page.locator(".jp-OutputArea-output .widget-vbox").nth(1)
+    precomputed.wait_for(state="attached")
+    precomputed.scroll_into_view_if_needed()
+    image = precomputed.locator(".widget-image").first
+    before = image.get_attribute("src")
+    handle = precomputed.locator(".noUi-handle").first
+    handle.focus()
+    handle.press("ArrowRight")
+    page.wait_for_function("([img, before]) => img.src !== before", arg=[image.element_handle(), before])
     page.context.close()
     server_log = log.read_text()
     assert "without encryption" not in server_log, "the kernel warned about its transport"

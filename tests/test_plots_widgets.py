@@ -131,6 +131,24 @@ def test_figure_slider_one_picture_per_value_and_static_html():
     assert not plt.fignum_exists(fig.number)  # closed
 
 
+def test_image_slider_in_a_kernel_swaps_one_image_from_python():
+    widgets = pytest.importorskip("ipywidgets")
+
+    def draw(v):
+        fig, ax = plt.subplots(figsize=(1, 1))
+        ax.plot([0, 1], [0, v])
+        return fig
+
+    box = al.widgets.image_slider([0, 1, 2], draw, "v", start=1, dpi=20, format_value=lambda v: f"v={v}", mode="live")
+    assert isinstance(box, widgets.VBox) and not any(isinstance(w, widgets.Stack) for w in box.children)
+    pictures = []
+    for k in (0, 2, 1):
+        box.slider.value = k
+        assert box.readout.value == f"<b>v={k}</b>"
+        pictures.append(bytes(box.picture.value))
+    assert len(set(pictures)) == 3
+
+
 def test_static_slider_escapes_labels():
     slider = al.widgets.StaticSlider([b"\x89PNG a", b"\x89PNG b"], ["<b>x</b>", "</script>"], "a & b")
     page = slider._repr_html_()

@@ -7,9 +7,10 @@ A Python callback needs a kernel, which the published book does not have. So:
   (a seed, a step size, a start typed as two numbers...) change the picture, and ``draw`` runs again.
   In a **static** run (the book, ``python -m attnlib run``, sweeps: :func:`static_explorers`, i.e.
   ``ATTNLIB_EXPLORERS=static``) it is the precomputed slider of :func:`image_slider`.
-- :func:`image_slider`, :func:`figure_slider`: a slider over precomputed pictures, as self-contained
-  HTML and a few lines of JavaScript (an ``<input type="range">`` showing one of the ``<img>``);
-  it needs neither a kernel nor the widget manager.
+- :func:`image_slider`, :func:`figure_slider`: a slider over pictures computed once per position.
+  Static: self-contained HTML and a few lines of JavaScript (an ``<input type="range">`` showing one
+  of the ``<img>``), needing neither a kernel nor the widget manager. Live: an ipywidgets slider
+  whose Python callback shows the chosen picture.
 - :func:`animation`, :func:`path_animation`: a matplotlib animation rendered with ``to_jshtml``.
 
 Why not ipywidgets for the static slider: an ``IntSlider`` ``jslink``-ed to a ``widgets.Stack``
@@ -59,8 +60,9 @@ def image_slider(
     start: int = 0,
     dpi: int = 80,
     format_value: Callable = str,
+    mode: str | None = None,
 ):
-    """A slider over ``values`` that swaps precomputed pictures client-side.
+    """A slider over ``values`` that swaps pictures computed here and now, once per value.
 
     Args:
         values: the slider's positions (numbers or labels).
@@ -68,8 +70,11 @@ def image_slider(
         description: the slider's label (say what it moves).
         start: index of the initial position.
         format_value: how a value is shown next to the slider.
+        mode: ``"static"`` or ``"live"`` (default: :func:`explorer_mode`).
 
-    Returns a :class:`StaticSlider` (HTML; no kernel needed); make it the cell's last expression.
+    Returns, static (the book, every attnlib run): a :class:`StaticSlider` (HTML; no kernel needed);
+    live (a reader's kernel): an ipywidgets slider whose Python callback shows the chosen picture.
+    Make it the cell's last expression.
     """
     values = list(values)
     if not values:
@@ -77,7 +82,7 @@ def image_slider(
     if not 0 <= start < len(values):
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
     pngs = [figure_png(draw(v), dpi=dpi) for v in values]
-    return _png_slider(pngs, [format_value(v) for v in values], description, start)
+    return _png_slider(pngs, [format_value(v) for v in values], description, start, mode)
 
 
 def animation(fig, update: Callable[[int], object], frames: int, interval: int = 80, embed_limit_mb: float = 30.0):
@@ -181,8 +186,42 @@ def path_animation(
     return animation(fig, update, frames=len(index), interval=interval)
 
 
-def _png_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, start: int):
-    return StaticSlider(pngs, labels, description, start)
+def _png_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, start: int, mode=None):
+    if explorer_mode(mode) == "static":
+        return StaticSlider(pngs, labels, description, start)
+    return _kernel_slider(pngs, labels, description, start)
+
+
+def _kernel_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, start: int):
+    """The precomputed pictures behind an ipywidgets slider, swapped by a Python callback (a kernel).
+
+    One ``Image`` whose value the callback sets: no ``Stack`` (whose view re-creation raced with
+    Lumino messages), and nothing that JupyterLab's notebook handles itself (a plain HTML range
+    input in a JupyterLab output does not move: the notebook takes its mouse and key events).
+    """
+    import ipywidgets as widgets
+
+    slider = widgets.IntSlider(
+        value=start,
+        min=0,
+        max=len(pngs) - 1,
+        description=description,
+        readout=False,
+        continuous_update=True,
+        style={"description_width": "initial"},
+        layout=widgets.Layout(width="420px"),
+    )
+    readout = widgets.HTML(f"<b>{html.escape(str(labels[start]))}</b>")
+    picture = widgets.Image(value=bytes(pngs[start]), format="png")
+
+    def show(change):
+        picture.value = bytes(pngs[change["new"]])
+        readout.value = f"<b>{html.escape(str(labels[change['new']]))}</b>"
+
+    slider.observe(show, names="value")
+    box = widgets.VBox([widgets.HBox([slider, readout]), picture])
+    box.slider, box.readout, box.picture = slider, readout, picture
+    return box
 
 
 class StaticSlider:
@@ -254,6 +293,7 @@ def figure_slider(
     start: int = 0,
     dpi: int = 70,
     format_value: Callable = str,
+    mode: str | None = None,
 ):
     """Like :func:`image_slider`, but redraws **one** figure: ``update(value)`` changes its artists.
 
@@ -265,9 +305,9 @@ def figure_slider(
     Args:
         fig: the figure; it is closed at the end.
         update: ``update(value)`` sets the figure to show ``value`` (set_data, set_text, ...).
-        values, description, start, dpi, format_value: as in :func:`image_slider`.
+        values, description, start, dpi, format_value, mode: as in :func:`image_slider`.
 
-    Returns a :class:`StaticSlider` (HTML; no kernel needed); make it the cell's last expression.
+    Returns what :func:`image_slider` returns; make it the cell's last expression.
     """
     import matplotlib.pyplot as plt
 
@@ -283,7 +323,7 @@ def figure_slider(
         fig.savefig(buf, format="png", dpi=dpi)
         pngs.append(buf.getvalue())
     plt.close(fig)
-    return _png_slider(pngs, [format_value(v) for v in values], description, start)
+    return _png_slider(pngs, [format_value(v) for v in values], description, start, mode)
 
 
 __all__ += ["figure_slider"]
@@ -437,7 +477,9 @@ def explorer(
         raise ValueError(f"{parameter!r} is the slider's parameter; it cannot also be a live control")
     if explorer_mode(mode) == "static":
         defaults = {name: getattr(value, "value", value) for name, value in live.items()}
-        return image_slider(values, lambda v: draw(**{parameter: v}, **defaults), description, start, dpi, format_value)
+        return image_slider(
+            values, lambda v: draw(**{parameter: v}, **defaults), description, start, dpi, format_value, mode="static"
+        )
     return _live_explorer(draw, parameter, values, description, live, start, dpi, format_value)
 
 
