@@ -196,8 +196,9 @@ def _kernel_slider(pngs: Sequence[bytes], labels: Sequence[str], description: st
     """The precomputed pictures behind an ipywidgets slider, swapped by a Python callback (a kernel).
 
     One ``Image`` whose value the callback sets: no ``Stack`` (whose view re-creation raced with
-    Lumino messages), and nothing that JupyterLab's notebook handles itself (a plain HTML range
-    input in a JupyterLab output does not move: the notebook takes its mouse and key events).
+    Lumino messages). Not the static HTML: in a JupyterLab output, the notebook's keyboard shortcuts
+    take the arrow keys of a plain ``<input type="range">`` (its keydown arrives default-prevented),
+    so it would move only with the mouse; ipywidgets sliders opt out of those shortcuts.
     """
     import ipywidgets as widgets
 
