@@ -249,6 +249,21 @@ def test_explorer_static_precomputes_every_position_with_live_defaults(monkeypat
     assert plt.get_fignums() == []  # every figure closed
 
 
+def test_explorer_may_redraw_one_figure():
+    fig, ax, line = _small_figure()
+
+    def draw(slope, seed):
+        line.set_ydata([0, slope + seed])
+        return fig
+
+    static = al.explorer(draw, "slope", [0.0, 0.5, 1.0], "slope", live={"seed": 0}, dpi=20, mode="static")
+    assert len(set(static.pictures)) == 3
+    live = al.explorer(draw, "slope", [0.0, 0.5, 1.0], "slope", live={"seed": 0}, dpi=20, mode="live")
+    first = bytes(live.picture.value)
+    live.controls["seed"].value = 2
+    assert bytes(live.picture.value) != first
+
+
 def test_explorer_live_redraws_on_every_control():
     widgets = pytest.importorskip("ipywidgets")
     calls = []

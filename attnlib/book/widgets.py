@@ -443,7 +443,8 @@ def explorer(
 
     Args:
         draw: ``draw(**params) -> matplotlib Figure``; ``params`` holds ``parameter`` and every
-            name of ``live``. Closed after rendering.
+            name of ``live``. Closed after rendering. It may return the same figure every time,
+            with its artists updated (cheaper, as :func:`figure_slider`).
         parameter: the name of the slider's parameter in ``draw``.
         values: the slider's positions (computed ahead in the static book).
         description: what the slider moves (its label).
