@@ -77,7 +77,15 @@ def _number(name: str, label: str, x) -> float:
 
 
 def _show(x) -> str:
-    return f"{x:.6g}" if isinstance(x, (float, np.floating)) else str(x)
+    """Six significant digits, unless that hides the value (a bound of 1 − 1e-14 must not read "1").
+
+    >>> _show(0.25), _show(1 - 1e-14), _show(1.0), _show(3)
+    ('0.25', '0.99999999999999', '1', '3')
+    """
+    if not isinstance(x, (float, np.floating)):
+        return str(x)
+    text = f"{x:.6g}"
+    return text if float(text) == float(x) or abs(float(text)) not in (0.0, 1.0) else repr(float(x))
 
 
 @dataclass
