@@ -43,6 +43,7 @@ THEOREM_CHAPTERS = (
     "04_joint_training",
     "05_fast_rates",
     "06_real_tokens",
+    "10_factorization",
 )
 TABLE_DIR = Path("book/robustness")
 COLUMNS = ("chapter", "seed", "point_status", "check", "value", "status", "reason")
