@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 import attnlib as al
+from attnlib.book.timing import blas_threads, timed
 from attnlib.model import TokenSelectionProblem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,19 +57,6 @@ OFFICIAL_LOCAL_CONVERGE_W_HALF_S = 158.0
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def timed(fn, repeat: int, min_time: float = 0.0) -> dict:
-    """Median and minimum of ``repeat`` wall-clock timings of ``fn()`` (at least ``min_time`` in total)."""
-    times = []
-    start = time.perf_counter()
-    while len(times) < repeat or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 50 * max(repeat, 1):
-            break
-    return dict(median=float(np.median(times)), min=float(np.min(times)), repeats=len(times))
-
-
 def generic(prob: TokenSelectionProblem) -> TokenSelectionProblem:
     """The same problem without its rank-one factors: the generic feature path."""
     return TokenSelectionProblem(prob.A, prob.gamma, prob.loss)
@@ -119,17 +107,6 @@ def flop_reference(B: int, size: int, nT: int, repeat: int) -> float:
         with blas_threads(threads):
             best = min(best, timed(lambda: (flat @ F, w @ G), repeat, min_time=0.05)["median"])
     return best
-
-
-def blas_threads(threads):
-    """Context: BLAS limited to ``threads`` (``None``: the default)."""
-    from contextlib import nullcontext
-
-    if threads is None:
-        return nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=threads, user_api="blas")
 
 
 def bench_batching(quick: bool) -> dict:

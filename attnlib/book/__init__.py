@@ -15,6 +15,7 @@ from . import widgets
 from .checks import CHECK_MIME, STATUSES, Check, Checks
 from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
+from .timing import blas_threads, timed
 from .widgets import explorer, static_explorers
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "Check",
     "Checks",
     "find_upwards",
+    "blas_threads",
+    "timed",
     "boolean",
     "check_parameter",
     "integer",
