@@ -24,7 +24,7 @@ def test_tables_record_every_check_with_its_status(tmp_path):
     root = _seeded_root(tmp_path)
     record = robustness.run_robustness([3, 4, 6], chapters=["seeded"], jobs=2, root=root, progress=False)
     assert record["chapters"]["seeded"]["ok"] == 2 and record["chapters"]["seeded"]["failed_seeds"] == [3]
-    assert json.loads((root / "book/robustness/sweep.json").read_text())["seed_count"] == 3
+    assert json.loads((root / "book/robustness/sweep.json").read_text())["chapters"]["seeded"]["seed_range"] == [3, 6]
     rows = robustness.read_table(root / "book/robustness/seeded.csv")
     by = {(r["seed"], r["check"]): r for r in rows}
     assert by[(3, "odd_fails")]["status"] == "failed"

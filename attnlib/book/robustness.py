@@ -6,8 +6,10 @@
 Each chapter is swept with :func:`attnlib.book.sweep.run_sweep` (resumable, one papermill run per
 seed) into ``_build/robustness/<chapter>``; the outcome of every check at every seed is then written
 to a small committed table, ``book/robustness/<chapter>.csv`` (long format: one row per seed and
-check), with ``book/robustness/sweep.json`` recording the commit, the date, the seeds and the wall
-time. The book's robustness page reads those files, so it shows the sweep without rerunning it.
+check), with ``book/robustness/sweep.json`` recording per chapter the commit, the date, the seeds,
+the wall time and a digest of the code its numbers depend on (:func:`numerics_digest`). The book's
+robustness page reads those files, so it shows the sweep without rerunning it, and says for each
+chapter whether its table is still current.
 
 >>> rows = [{"check": "a", "status": "passed"}, {"check": "a", "status": "failed"},
 ...         {"check": "b", "status": "not applicable"}]
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import hashlib
 import io
 import json
 import os
@@ -34,7 +37,16 @@ from .files import write_atomically, write_json_atomically
 from .run import EXIT_USAGE, UsageError
 from .sweep import PROJECT_ROOT, run_sweep
 
-__all__ = ["THEOREM_CHAPTERS", "check_rates", "chapter_outcomes", "main", "read_table", "run_robustness"]
+__all__ = [
+    "THEOREM_CHAPTERS",
+    "check_rates",
+    "chapter_outcomes",
+    "main",
+    "numerics_digest",
+    "read_record",
+    "read_table",
+    "run_robustness",
+]
 
 THEOREM_CHAPTERS = (
     "01_global_convergence",
@@ -124,6 +136,23 @@ def _commit(root: Path) -> str:
         return "unknown"
 
 
+def numerics_digest(root: str | os.PathLike, chapter: str) -> str:
+    """A hash of what a chapter's numbers depend on: its notebook and attnlib's mathematical modules
+    (``attnlib/*.py``; the book's machinery in ``attnlib/book`` is left out). The robustness page
+    compares it with the one recorded by the sweep, to say whether a table is still current."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in [root / "notebooks" / f"{chapter}.ipynb", *sorted((root / "attnlib").glob("*.py"))]:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def read_record(table_dir: str | os.PathLike) -> dict:
+    """The sweep's record (``sweep.json``): per chapter, its commit, date, seeds, wall time, outcome."""
+    path = Path(table_dir) / "sweep.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"chapters": {}}
+
+
 def run_robustness(
     seeds: list[int],
     chapters=THEOREM_CHAPTERS,
@@ -148,15 +177,9 @@ def run_robustness(
         raise UsageError("seeds must not be empty")
     table_dir = root / TABLE_DIR if table_dir is None else Path(table_dir)
     table_dir.mkdir(parents=True, exist_ok=True)
-    record = {
-        "commit": _commit(root),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "seeds": [min(seeds), max(seeds)],
-        "seed_count": len(seeds),
-        "backend": backend if scheduler is None else f"dask ({scheduler})",
-        "jobs": jobs,
-        "chapters": {},
-    }
+    # Chapters swept earlier keep their entries: `--chapters` refreshes some of them.
+    record = read_record(table_dir)
+    record.setdefault("chapters", {})
     from .run import notebook_parameters
 
     for chapter in chapters:
@@ -182,11 +205,17 @@ def run_robustness(
             rows += _rows_of_point(chapter, point["seed"], summary)
         _write_csv(table_dir / f"{chapter}.csv", rows)
         record["chapters"][chapter] = {
+            "commit": _commit(root),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "numerics_digest": numerics_digest(root, chapter),
+            "seed_range": [min(seeds), max(seeds)],
+            "backend": backend if scheduler is None else f"dask ({scheduler})",
+            "jobs": jobs,
             "wall_s": round(time.perf_counter() - start, 1),
             **chapter_outcomes(rows),
         }
+        write_json_atomically(table_dir / "sweep.json", record)
         _log(f"[robustness] {chapter}: ok on {record['chapters'][chapter]['ok']} of {len(seeds)} seeds")
-    write_json_atomically(table_dir / "sweep.json", record)
     return record
 
 
