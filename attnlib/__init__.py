@@ -43,6 +43,9 @@ from .svm import (
 
 # Training: GD, normalised GD and Polyak over batches of initialisations and of problems.
 from .optim import METHODS, JointTrajectory, Stop, Trajectory, train, train_joint
+# Self-attention with a trainable decoder ([FAST] v2): joint (W, u) training.
+from .decoder import DecoderAttention, PlantedTokens, decoder_svms, joint_self_attention, planted_tokens
+from .optim import train_joint_problem
 from .rates import train_many
 
 # Measuring a trajectory against the theory.
@@ -202,6 +205,12 @@ __all__ = [
     "reduce_to_span",
     "separable_data",
     "train_many",
+    "DecoderAttention",
+    "joint_self_attention",
+    "PlantedTokens",
+    "planted_tokens",
+    "decoder_svms",
+    "train_joint_problem",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",

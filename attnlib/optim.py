@@ -24,7 +24,7 @@ import numpy as np
 
 from .model import JointAttention, ProblemStack, TokenSelectionProblem
 
-__all__ = ["Stop", "Trajectory", "JointTrajectory", "train", "train_joint", "METHODS"]
+__all__ = ["Stop", "Trajectory", "JointTrajectory", "train", "train_joint", "train_joint_problem", "METHODS"]
 
 METHODS = ("gd", "ngd", "polyak")
 
@@ -359,29 +359,83 @@ def train_joint(
     v = _batch("v0", v0, X.shape[2])
     if p.shape[0] != v.shape[0]:
         raise ValueError(f"p0 and v0 must hold the same number of initialisations, got {p.shape[0]} and {v.shape[0]}")
+    return train_joint_problem(joint, p, v, steps, method=method, lr=lr, record_every=record_every, progress=progress)
+
+
+def train_joint_problem(
+    joint: JointAttention,
+    p0,
+    v0,
+    steps: int,
+    method: str = "ngd",
+    lr: float = 0.1,
+    record_every: int = 1,
+    progress: bool | None = None,
+    record_steps=None,
+) -> JointTrajectory:
+    """Train the logit parameter ``p`` and the head ``v`` of any :class:`JointAttention` together.
+
+    :func:`train_joint` builds the prompt-attention problem and calls this; a
+    :class:`attnlib.DecoderAttention` (self-attention with a trainable decoder, ``p = vec W``)
+    is trained the same way. "ngd" normalises each block's gradient by its own norm (two moves of
+    length η per step), "gd" takes ``η∇``, "polyak" takes the Polyak step on the joint gradient
+    with the floor 0 (the infimum of the loss once the head is trained):
+    ``(p, v) ← (p, v) − η L/‖∇L‖² ∇L``, ``‖∇L‖² = ‖∇_p L‖² + ‖∇_v L‖²``. A Polyak run stops,
+    with its reason recorded, when ``L`` underflows to 0.
+
+    Args:
+        joint: the problem.  p0: (d_k,) or (B, d_k).  v0: (d,) or (B, d).
+        steps, lr, record_every, progress: as in :func:`train`; ``record_steps`` explicit
+            increasing steps to record (e.g. log-spaced), instead of ``record_every``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    _check_schedule(steps, lr, record_every)
+    p = _batch("p0", p0, joint.keys.shape[2])
+    v = _batch("v0", v0, joint.X.shape[2])
+    if p.shape[0] != v.shape[0]:
+        raise ValueError(f"p0 and v0 must hold the same number of initialisations, got {p.shape[0]} and {v.shape[0]}")
     B = p.shape[0]
-    record = _record_steps(steps, record_every)
+    record = _record_steps(steps, record_every) if record_steps is None else _explicit_record(record_steps, steps)
     R = len(record)
     out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
     stop_step = np.full(B, -1)
     stop_reason = np.full(B, "", dtype=object)
     active = np.ones(B, bool)
-    bar = _progress(steps, progress, float(steps) * B * X.size * 8, f"joint {method} B={B}")
+    bar = _progress(steps, progress, float(steps) * B * joint.keys.size * 8, f"joint {method} B={B}")
     r = 0
-    for k in range(steps + 1):
+    for k in range(record[-1] + 1):
+        loss = joint.value(p, v) if (method == "polyak" or k == record[r]) else None
         if k == record[r]:
-            out_p[r], out_v[r], out_loss[r] = p, v, joint.value(p, v)
+            out_p[r], out_v[r], out_loss[r] = p, v, loss
             r += 1
-        if k == steps:
+        if k == record[-1]:
             break
-        (m_p, g_p), (m_v, g_v) = joint.scaled_grad(p, v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            (m_p, g_p), (m_v, g_v) = joint.scaled_grad(p, v)
         n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
         finite = np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)
         bad = active & ~finite
         stop_step[bad], stop_reason[bad] = k, "non-finite value"
         active &= ~bad
-        p[active] -= _joint_move(g_p, m_p, n_p, method, lr)[active]
-        v[active] -= _joint_move(g_v, m_v, n_v, method, lr)[active]
+        if method == "polyak":
+            under = active & (loss <= 0)
+            stop_step[under], stop_reason[under] = k, "loss underflowed to 0"
+            active &= ~under
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                # ∇ = (e^{m_p} g_p, e^{m_v} g_v); step η L/‖∇‖² ∇, computed relative to the larger scale.
+                top = np.maximum(m_p, m_v)
+                a_p, a_v = np.exp(m_p - top) * n_p, np.exp(m_v - top) * n_v
+                coef = lr * loss * np.exp(-top) / (a_p**2 + a_v**2)
+                move_p = (coef * np.exp(m_p - top))[:, None] * g_p
+                move_v = (coef * np.exp(m_v - top))[:, None] * g_v
+            ok = active & np.all(np.isfinite(move_p), -1) & np.all(np.isfinite(move_v), -1)
+            stop_step[active & ~ok], stop_reason[active & ~ok] = k, "non-finite Polyak step"
+            active &= ok
+        else:
+            move_p, move_v = _joint_move(g_p, m_p, n_p, method, lr), _joint_move(g_v, m_v, n_v, method, lr)
+        p[active] -= move_p[active]
+        v[active] -= move_v[active]
         if bar is not None:
             bar.update(1)
     if bar is not None:
