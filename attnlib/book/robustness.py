@@ -204,6 +204,8 @@ def run_robustness(
                 summary = {"status": "failed", "error": point.get("error") or "no summary", "checks": []}
             rows += _rows_of_point(chapter, point["seed"], summary)
         _write_csv(table_dir / f"{chapter}.csv", rows)
+        record = read_record(table_dir)  # other runs may have refreshed other chapters meanwhile
+        record.setdefault("chapters", {})
         record["chapters"][chapter] = {
             "commit": _commit(root),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -212,6 +214,8 @@ def run_robustness(
             "backend": backend if scheduler is None else f"dask ({scheduler})",
             "jobs": jobs,
             "wall_s": round(time.perf_counter() - start, 1),
+            # execution time of the points, also when an interrupted sweep was resumed
+            "points_s": round(sum(float(r.get("duration_s") or 0.0) for r in result.rows), 1),
             **chapter_outcomes(rows),
         }
         write_json_atomically(table_dir / "sweep.json", record)
