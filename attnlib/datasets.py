@@ -1,4 +1,4 @@
-"""Every instance of the papers by name, and the seeded random families (THEORY §4–§8).
+"""Every instance of the papers by name, and the seeded random families.
 
 The fixed-head instances of [MMTS] store the score in a third coordinate: ``v = (0, 0, 1)`` and
 ``W = diag(1, 1, 0)``, so the keys are the first two coordinates (the plane every figure is drawn

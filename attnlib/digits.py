@@ -1,4 +1,4 @@
-"""Real tokens: image patches of scikit-learn's handwritten digits (chapter 6, THEORY §9, §11).
+"""Real tokens: image patches of scikit-learn's handwritten digits.
 
 Each 8×8 digit is cut into ``T = (8/patch)²`` non-overlapping ``patch×patch`` patches. Token
 ``t`` of image ``i`` is the patch's pixels (scaled to [0, 1]) followed by a one-hot positional

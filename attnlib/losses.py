@@ -1,7 +1,7 @@
 """Decreasing losses ℓ of the token-selection objective, in forms that stay finite and accurate.
 
-A loss enters the objective through the signed output ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``
-(THEORY §1): ``L(θ) = (1/n) Σ_i ℓ(u_i)``. Three pieces are needed:
+A loss enters the objective through the signed output ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``:
+``L(θ) = (1/n) Σ_i ℓ(u_i)``. Three pieces are needed:
 
 - ``value(u)``: ``ℓ(u)``;
 - ``derivative(u)``: ``ℓ'(u) < 0``;

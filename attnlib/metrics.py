@@ -1,4 +1,4 @@
-"""Measurements of a trajectory against the max-margin direction (THEORY §4, §8).
+"""Measurements of a trajectory against the max-margin direction.
 
 All functions take parameters with leading batch axes, ``theta`` (*batch, *shape), and return
 arrays of shape (*batch,) (or (*batch, n) for per-sample quantities).
@@ -63,7 +63,7 @@ def orthogonal_offset(theta, direction) -> np.ndarray:
     """Distance of ``θ`` from the line spanned by ``d``: ``‖θ − ⟨θ, d̂⟩ d̂‖``, (*batch,).
 
     Directional convergence leaves this offset bounded while ‖θ‖ grows, so
-    ``1 − cos ≈ offset² / (2‖θ‖²)`` (THEORY §10.11): tolerances on cosines are set from it.
+    ``1 − cos ≈ offset² / (2‖θ‖²)``: tolerances on cosines are set from it.
 
     >>> import attnlib as al
     >>> float(al.orthogonal_offset([[3.0, 0.5]], [1.0, 0.0])[0])

@@ -1,4 +1,4 @@
-"""The token-selection problem: logits linear in θ, fixed token scores (THEORY §1).
+"""The token-selection problem: logits linear in θ, fixed token scores ([MMTS], [FAST]; the book's notation page).
 
 Sample ``i`` has ``T`` tokens; a parameter ``θ`` (a vector ``p`` or a matrix ``W``) gives
 logits linear in θ and each token carries a fixed score ``γ_it``:
@@ -11,7 +11,7 @@ logits linear in θ and each token carries a fixed score ``γ_it``:
 The prompt-attention model of [MMTS] and the self-attention model of [FAST]/[TFSVM] are two
 constructors of this one problem (:func:`prompt_attention`, :func:`self_attention`).
 
-Numerics (THEORY §1, §10). Every quantity is computed from the log-softmax and from the
+Numerics. Every quantity is computed from the log-softmax and from the
 non-negative *deficit* ``δ_i = Σ_t σ_it (γ_i,opt − γ_it)``, never as a difference of nearly equal
 numbers: the output is ``γ_opt − δ``, the loss gap ``L − L*`` is ``ℓ(γ_opt − δ) − ℓ(γ_opt)`` in
 its cancellation-free form, and the gradient
@@ -198,7 +198,7 @@ class _LinearLogits:
         return m, g.reshape(batch + self.shape)
 
     def grad(self, theta) -> np.ndarray:
-        """``∇L(θ)``: (*batch, *shape) (THEORY §1, cancellation-free form)."""
+        """``∇L(θ)``: (*batch, *shape) (cancellation-free form)."""
         m, g = self.scaled_grad(theta)
         scale = np.exp(m).reshape(m.shape + (1,) * len(self.shape))
         return scale * g
@@ -210,7 +210,7 @@ class _LinearLogits:
 
 @dataclass(frozen=True, eq=False)
 class TokenSelectionProblem(_LinearLogits):
-    """Logit features ``A`` (n, T, *shape), scores ``gamma`` (n, T) and a loss (THEORY §1).
+    """Logit features ``A`` (n, T, *shape), scores ``gamma`` (n, T) and a loss.
 
     Every method accepts ``theta`` of shape ``(*batch, *shape)`` and returns arrays with the
     leading ``batch`` axes: a batch of initialisations is evaluated in one set of array operations.
@@ -245,7 +245,7 @@ class TokenSelectionProblem(_LinearLogits):
         ties = np.flatnonzero(top2[:, 1] == top2[:, 0])
         if ties.size:
             raise ValueError(
-                f"the optimal token must be unique in every sample (THEORY §1); samples {ties.tolist()} "
+                f"the optimal token must be unique in every sample; samples {ties.tolist()} "
                 "have two tokens sharing the highest score"
             )
         A.flags.writeable = False
@@ -381,7 +381,7 @@ def self_attention(X, y, u, Z=None, loss: str | Loss = "logistic") -> TokenSelec
     """[FAST]/[TFSVM] self-attention ``f(X) = uᵀ Xᵀ softmax(X W z)`` with a fixed decoder ``u``.
 
     Logits ``s_it = x_itᵀ W z_i = ⟨W, x_it z_iᵀ⟩_F``: the features are ``A_it = x_it z_iᵀ``
-    (this book's one convention for W, THEORY §10.10). Scores ``γ_it = y_i uᵀ x_it``.
+    (this book's one convention for W). Scores ``γ_it = y_i uᵀ x_it``.
 
     Args:
         X: (n, T, d) tokens.  y: (n,) labels ±1.  u: (d,) decoder.

@@ -1,4 +1,4 @@
-"""GD, normalised GD and the Polyak step over a batch of initialisations (THEORY §3).
+"""GD, normalised GD and the Polyak step over a batch of initialisations ([MMTS], [FAST]).
 
 .. math::
 
@@ -9,10 +9,10 @@ The theorems of [MMTS] are for GD with a small step; its figures use NGD (η = 0
 studies NGD and Polyak. All B trajectories step together in one set of array operations.
 
 No ``+eps`` in the NGD denominator: the gradient is carried as ``exp(log_scale) · g`` with ``g``
-of order one, so its direction is exact at any ‖θ‖ and ‖θ‖ keeps growing (THEORY §10.3). A
+of order one, so its direction is exact at any ‖θ‖ and ‖θ‖ keeps growing. A
 trajectory stops, with its step and reason recorded, when a value turns non-finite, the
 gradient is exactly zero, or the Polyak step explodes because ``L*`` is out of reach (a run
-heading to a local selection, THEORY §10.12); the others go on.
+heading to a local selection); the others go on.
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def train_joint(
     record_every: int = 1,
     progress: bool | None = None,
 ) -> JointTrajectory:
-    """Train the attention ``p`` and the head ``v`` together (THEORY §7, [MMTS]).
+    """Train the attention ``p`` and the head ``v`` together ([MMTS]).
 
     NGD normalises each gradient by its own norm (two unit-length moves per step), as the
     official code does; "gd" takes plain steps ``η∇``.

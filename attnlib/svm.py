@@ -9,7 +9,7 @@ ATT-SVM ([MMTS]; "W-SVM" in [TFSVM]/[FAST]) for a selection ``α`` (one token pe
 
 The margin separates *tokens inside each sample* (the selected one from the rest), not samples
 of two classes. Rows of relaxed samples get right-hand side 0 instead of 1 (the relaxed p-SVM of
-joint training, THEORY §2). ``norm="nuc"`` gives the nuclear-norm SVM that the (K, Q)
+joint training). ``norm="nuc"`` gives the nuclear-norm SVM that the (K, Q)
 factorisation converges to [TFSVM].
 
 The Frobenius (Euclidean) problems are solved exactly by NNLS (Lawson–Hanson least-distance
@@ -211,7 +211,7 @@ def max_margin(
     """ATT-SVM / W-SVM for the selection ``select`` (``None``: the optimal tokens ``prob.opt``).
 
     Args:
-        prob: the problem (its features ``A`` are the keys, THEORY §10.9).
+        prob: the problem (its features ``A`` are the keys, not the raw tokens).
         select: (n,) token index per sample.
         norm: "fro" (Euclidean / Frobenius) or "nuc" (nuclear, matrix parameters only).
         relax: sample indices or an (n,) mask whose rows only require ``⟨θ, A_iα − A_it⟩ ≥ 0``.
@@ -299,7 +299,7 @@ class SelectionReport:
 
 
 def _locally_optimal(prob: TokenSelectionProblem, sol: MaxMarginSolution) -> bool:
-    # Strict inequality on every neighbour (THEORY §10.8: ties are not locally optimal).
+    # Strict inequality on every neighbour (ties are not locally optimal).
     sel_scores = prob.gamma[np.arange(prob.n), sol.select][:, None]
     return bool(np.all(~sol.neighbors | (sel_scores > prob.gamma)))
 
