@@ -42,7 +42,9 @@ __all__ = [
     "check_rates",
     "chapter_outcomes",
     "main",
+    "collect_chapter",
     "numerics_digest",
+    "source_digest",
     "read_record",
     "read_table",
     "run_robustness",
@@ -136,25 +138,67 @@ def _commit(root: Path) -> str:
         return "unknown"
 
 
-def numerics_digest(root: str | os.PathLike, chapter: str) -> str:
-    """A hash of the chapter notebook's code cells (not its prose, not its outputs).
+def numerics_digest(notebook: dict) -> str:
+    """A hash of a notebook's code cells (not its prose, not its outputs, not the parameters cell
+    that papermill injects), so an executed copy and its source give the same digest.
 
-    The robustness page compares it with the one recorded by the sweep, to say whether a table was
-    made by the chapter's current code. Changes to attnlib are not in it: the test suite reruns
-    every chapter on two of the table's seeds and requires the same verdicts as the table.
+    The robustness page compares the digest of the notebooks the sweep executed with that of the
+    chapter's current source, to say whether a table was made by the chapter's current code.
+    Changes to attnlib are not in it: the test suite reruns every chapter on two of the table's
+    seeds and requires the same verdicts as the table.
     """
     digest = hashlib.sha256()
-    notebook = json.loads((Path(root) / "notebooks" / f"{chapter}.ipynb").read_text(encoding="utf-8"))
     for cell in notebook.get("cells", []):
-        if cell.get("cell_type") == "code":
+        if cell.get("cell_type") == "code" and "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
             digest.update("".join(cell.get("source", [])).encode() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def source_digest(root: str | os.PathLike, chapter: str) -> str:
+    """:func:`numerics_digest` of the chapter's source notebook."""
+    path = Path(root) / "notebooks" / f"{chapter}.ipynb"
+    return numerics_digest(json.loads(path.read_text(encoding="utf-8")))
 
 
 def read_record(table_dir: str | os.PathLike) -> dict:
     """The sweep's record (``sweep.json``): per chapter, its commit, date, seeds, wall time, outcome."""
     path = Path(table_dir) / "sweep.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"chapters": {}}
+
+
+def collect_chapter(chapter: str, points: list[dict], sweep_dir: Path, root: Path, table_dir: Path) -> dict:
+    """Write the chapter's table from the executed points of its sweep, and its entry in the record.
+
+    The entry's digest is that of the notebooks the points executed (all of them must agree), and its
+    date that of the last point: a resumed or collected sweep is described by what actually ran.
+    """
+    rows, digests, stamps = [], set(), []
+    for point in points:
+        summary_file = sweep_dir / "points" / f"{point['point']}.json"
+        executed = summary_file.with_suffix(".ipynb")
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+        if summary is None:
+            summary = {"status": "failed", "error": point.get("error") or "no summary", "checks": []}
+        if executed.exists():
+            digests.add(numerics_digest(json.loads(executed.read_text(encoding="utf-8"))))
+            stamps.append(executed.stat().st_mtime)
+        rows += _rows_of_point(chapter, point["seed"], summary)
+    _write_csv(table_dir / f"{chapter}.csv", rows)
+    record = read_record(table_dir)  # other runs may have refreshed other chapters meanwhile
+    record.setdefault("chapters", {})
+    seeds = [point["seed"] for point in points]
+    last = datetime.datetime.fromtimestamp(max(stamps), datetime.UTC) if stamps else datetime.datetime.now(datetime.UTC)
+    record["chapters"][chapter] = {
+        "commit": _commit(root),
+        "date": last.strftime("%Y-%m-%d %H:%M UTC"),
+        "numerics_digest": digests.pop() if len(digests) == 1 else "mixed",
+        "seed_range": [min(seeds), max(seeds)],
+        # execution time of the points, also when an interrupted sweep was resumed
+        "points_s": round(sum(float(p.get("duration_s") or 0.0) for p in points), 1),
+        **chapter_outcomes(rows),
+    }
+    write_json_atomically(table_dir / "sweep.json", record)
+    return record
 
 
 def run_robustness(
@@ -200,28 +244,12 @@ def run_robustness(
             scheduler=scheduler,
             progress=progress,
         )
-        rows = []
-        for point in result.rows:
-            summary_file = result.csv_path.parent / "points" / f"{point['point']}.json"
-            summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
-            if summary is None:
-                summary = {"status": "failed", "error": point.get("error") or "no summary", "checks": []}
-            rows += _rows_of_point(chapter, point["seed"], summary)
-        _write_csv(table_dir / f"{chapter}.csv", rows)
-        record = read_record(table_dir)  # other runs may have refreshed other chapters meanwhile
-        record.setdefault("chapters", {})
-        record["chapters"][chapter] = {
-            "commit": _commit(root),
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "numerics_digest": numerics_digest(root, chapter),
-            "seed_range": [min(seeds), max(seeds)],
-            "backend": backend if scheduler is None else f"dask ({scheduler})",
-            "jobs": jobs,
-            "wall_s": round(time.perf_counter() - start, 1),
-            # execution time of the points, also when an interrupted sweep was resumed
-            "points_s": round(sum(float(r.get("duration_s") or 0.0) for r in result.rows), 1),
-            **chapter_outcomes(rows),
-        }
+        record = collect_chapter(chapter, result.rows, result.csv_path.parent, root, table_dir)
+        record["chapters"][chapter].update(
+            backend=backend if scheduler is None else f"dask ({scheduler})",
+            jobs=jobs,
+            wall_s=round(time.perf_counter() - start, 1),
+        )
         write_json_atomically(table_dir / "sweep.json", record)
         _log(f"[robustness] {chapter}: ok on {record['chapters'][chapter]['ok']} of {len(seeds)} seeds")
     return record
@@ -241,6 +269,22 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _collect_only(args) -> int:
+    root, seeds = PROJECT_ROOT, set(_parse_seeds(args.seeds))
+    table_dir = root / TABLE_DIR if args.out is None else Path(args.out)
+    table_dir.mkdir(parents=True, exist_ok=True)
+    for chapter in [c.strip().removesuffix(".ipynb") for c in args.chapters.split(",") if c.strip()]:
+        sweep_dir = root / "_build" / "robustness" / chapter
+        if not (sweep_dir / "results.json").exists():
+            raise UsageError(f"no sweep of {chapter} in {sweep_dir}: run it first (without --collect)")
+        points = [p for p in json.loads((sweep_dir / "results.json").read_text())["rows"] if p["seed"] in seeds]
+        if {p["seed"] for p in points} != seeds or any(p["status"] == "pending" for p in points):
+            raise UsageError(f"the sweep of {chapter} has not run every seed of {args.seeds}")
+        entry = collect_chapter(chapter, points, sweep_dir, root, table_dir)["chapters"][chapter]
+        _log(f"[robustness] {chapter}: collected, ok on {entry['ok']} of {entry['seeds']} seeds")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnlib robustness", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1000:1099", help="A:B (inclusive) or a comma list (default 1000:1099)")
@@ -249,8 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
     parser.add_argument("-o", "--out", help=f"folder of the tables (default {TABLE_DIR})")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="run nothing: rewrite the tables and the record from the points already executed in _build/robustness",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.collect:
+            return _collect_only(args)
         if args.jobs < 1:
             raise UsageError(f"--jobs must be a positive integer, got {args.jobs}")
         record = run_robustness(
