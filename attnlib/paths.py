@@ -52,6 +52,14 @@ __all__ = [
     "ray_margin_bound",
     "direction_bound",
     "ray_gap_excess",
+    "cone_project",
+    "selection_log_gap",
+    "local_regularization_path",
+    "cone_margin_bound",
+    "admissible_cone_angle",
+    "cone_min_norm",
+    "LocalPathCase",
+    "local_path_case",
 ]
 
 #: ``"auto"`` picks, per radius, the plain loss while ``(L − L*)/L ≥ switch_gap`` at every start,
@@ -378,17 +386,29 @@ def _project(x: np.ndarray, rho: float) -> np.ndarray:
     return np.where(nrm > rho, x * (rho / np.where(nrm > 0, nrm, 1.0)), x)
 
 
-def _ball_descent(fg: Callable, x0: np.ndarray, rho: float, max_iter: int, tol: float):
+def _ball_descent(
+    fg: Callable,
+    x0: np.ndarray,
+    rho: float,
+    max_iter: int,
+    tol: float,
+    project: Callable | None = None,
+    indexed: bool = False,
+):
     """Minimise ``f`` over ``‖x‖ ≤ rho`` from every row of ``x0`` (B, D) at once.
 
     Projected gradient with Barzilai–Borwein steps and Armijo backtracking along the projection
     arc. A row stops when its move is below ``tol·rho``, when on the sphere its gradient is
     parallel to ``−x`` up to ``tol`` (scale-free, so it means the same for the loss and the
     log-gap), or when the step has shrunk below float resolution.
-    Returns ``(x, f, iterations, converged)``.
+    ``project(x, rho)`` replaces the projection on the ball (e.g. ball ∩ cone, see
+    :func:`local_regularization_path`). With ``indexed``, ``fg(x, rows)`` also receives the indices
+    of the rows of ``x0`` it evaluates (a per-row objective). Returns ``(x, f, iterations, converged)``.
     """
-    x = _project(np.array(x0, float), rho)
-    f, g = fg(x)
+    if project is None:
+        project = _project
+    x = project(np.array(x0, float), rho)
+    f, g = fg(x, np.arange(len(x))) if indexed else fg(x)
     gn = np.linalg.norm(g, axis=1)
     alpha = 0.05 * rho / np.where(gn > 0, gn, 1.0)
     done = ~np.isfinite(f) | (gn == 0)
@@ -400,9 +420,9 @@ def _ball_descent(fg: Callable, x0: np.ndarray, rho: float, max_iter: int, tol: 
             it -= 1
             break
         xa, fa, ga = x[act], f[act], g[act]
-        x_new = _project(xa - alpha[act, None] * ga, rho)
+        x_new = project(xa - alpha[act, None] * ga, rho)
         s = x_new - xa
-        f_new, g_new = fg(x_new)
+        f_new, g_new = fg(x_new, act) if indexed else fg(x_new)
         ok = np.isfinite(f_new) & (f_new <= fa + 1e-4 * np.sum(ga * s, axis=1))
         # rejected rows: shrink the step; give up when it no longer moves x in floating point
         rej = act[~ok]
@@ -796,3 +816,543 @@ def ray_gap_excess(prob, path: RegularizationPath, theta_mm, norm: str = "fro") 
     unit = theta_mm / float(parameter_norm(theta_mm, norm, theta_mm.ndim))
     ray = path.radii.reshape((-1,) + (1,) * theta_mm.ndim) * unit
     return prob.log_gap(ray) - path.log_gap
+
+
+# ---------------------------------------------------------------------- the local path: ball ∩ cone
+
+
+def cone_project(x, direction, mu: float, rho: float | None = None) -> np.ndarray:
+    """Euclidean projection on the cone ``{p : 1 − cos(p, u) ≤ μ}`` (then on the ball ``‖p‖ ≤ ρ``).
+
+    The cone is the second-order cone of half-angle ``β = arccos(1 − μ)`` around ``u``. Writing
+    ``x = a û + w`` (``w ⊥ û``): ``x`` is kept if ``‖w‖ ≤ a tan β``, sent to 0 if it lies in the polar
+    cone (``‖w‖ tan β ≤ −a``), otherwise to ``⟨x, e⟩ e`` with ``e = cos β û + sin β ŵ`` (the nearest
+    boundary ray). For a closed convex cone, projecting on cone ∩ ball is the cone projection
+    followed by the radial scaling onto the ball.
+
+    Args:
+        x: (B, D).  direction: (D,) the axis ``u``.  mu: in (0, 2].  rho: the ball's radius, or None.
+
+    Returns (B, D).
+
+    >>> import numpy as np
+    >>> x = np.array([[0.0, 1.0], [1.0, 0.1], [-1.0, 0.0]])
+    >>> cone_project(x, np.array([1.0, 0.0]), 1 - np.cos(0.1)).round(3).tolist()
+    [[0.099, 0.01], [1.0, 0.1], [0.0, 0.0]]
+    """
+    x = np.array(x, float, ndmin=2)
+    u = np.asarray(direction, float).ravel()
+    u = u / np.linalg.norm(u)
+    if not (0 < mu <= 2):
+        raise ValueError(f"mu must be in (0, 2], got {mu!r}")
+    beta = np.arccos(1.0 - mu)
+    a = x @ u
+    w = x - a[:, None] * u
+    r = np.linalg.norm(w, axis=1)
+    if beta >= np.pi:  # μ = 2: the whole space
+        out = x
+    else:
+        inside = r <= a * np.tan(beta) if beta < np.pi / 2 else (r * np.tan(np.pi - beta) <= -a) | (a >= 0)
+        polar = (r * np.tan(beta) <= -a) if beta < np.pi / 2 else np.zeros(len(x), bool)
+        w_hat = np.where(r[:, None] > 0, w / np.where(r > 0, r, 1.0)[:, None], 0.0)
+        e = np.cos(beta) * u + np.sin(beta) * w_hat
+        on_edge = np.sum(x * e, axis=1, keepdims=True) * e
+        out = np.where(inside[:, None], x, np.where(polar[:, None], 0.0, on_edge))
+    return out if rho is None else _project(out, rho)
+
+
+def selection_log_gap(prob: TokenSelectionProblem, select, theta, with_grad: bool = False):
+    """Signed excess over the floor of a selection: ``L(θ) − L_α``, ``L_α = (1/n) Σ_i ℓ(γ_iα_i)``.
+
+    With ``δ_i = Σ_t σ_it (γ_iα_i − γ_it)`` (tokens scoring *above* ``α_i`` make it negative),
+    ``L − L_α = (1/n) Σ_i [ℓ(γ_iα − δ_i) − ℓ(γ_iα)]``: every term is formed in log space with its
+    sign (``≈ |ℓ'(γ_iα)| δ_i`` where ``|δ_i| < 1e-8``), so the value is accurate where it is far below
+    the float resolution of ``L``. Near ``θ_mm(α)`` of a locally-optimal ``α`` at a large norm it is
+    positive (its neighbours score lower); it is the local analogue of ``L − L*``.
+
+    Args:
+        prob: :class:`TokenSelectionProblem` (vector or matrix parameter).  select: (n,) the selection ``α``.
+        theta: (*batch, *shape).  with_grad: also return ``∇ log(L − L_α) = ∇L/(L − L_α)``.
+
+    Returns ``(log|L − L_α|, sign)`` each (*batch,), and, when ``with_grad``, ``∇L/|L − L_α|``
+    (*batch, *shape): the gradient of ``log(L − L_α)`` where the excess is positive and of
+    ``−log(L_α − L)`` where it is negative (zero where it is 0).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> lg, sign = selection_log_gap(prob, [1], np.array([[1000.0, 0.0, 0.0], [1.0, 5.0, 0.0]]))
+    >>> bool(-1100 < lg[0] < -900), sign.tolist()
+    (True, [1.0, -1.0])
+    """
+    sel = np.asarray(select, int)
+    n = prob.n
+    gamma = np.asarray(prob.gamma, float)
+    g_sel = gamma[np.arange(n), sel]
+    diff = g_sel[:, None] - gamma  # (n, T) signed, 0 at α
+    log_sigma = prob.log_attention(theta)
+    with np.errstate(divide="ignore"):
+        log_abs = log_sigma + np.log(np.abs(diff))
+    b = np.where(diff == 0, 1.0, np.sign(diff))
+    log_delta, s_delta = logsumexp(np.where(diff == 0, -np.inf, log_abs), axis=-1, b=b, return_sign=True)
+    slope = -prob.loss.derivative(g_sel)  # |ℓ'(γ_α)|
+    delta = s_delta * np.exp(log_delta)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        exact = prob.loss.excess(g_sel, np.where(np.abs(delta) < 1e-8, 0.0, delta))
+        log_e = np.where(np.abs(delta) < 1e-8, np.log(slope) + log_delta, np.log(np.abs(exact)))
+        s_e = np.where(np.abs(delta) < 1e-8, s_delta, np.sign(exact))
+    lg, sign = logsumexp(log_e, axis=-1, b=np.where(s_e == 0, 1.0, s_e) * (s_e != 0), return_sign=True)
+    lg = lg - np.log(n)
+    if not with_grad:
+        return lg, sign
+    flat, batch = prob._flat(theta)
+    m, g = prob._scaled_grad_from(prob._terms_from_flat(flat))
+    pos = sign != 0
+    scale = np.where(pos, np.exp(np.where(pos, m - lg, 0.0)), 0.0)
+    grad = (scale[..., None] * g).reshape(tuple(batch) + prob.shape)
+    return lg, sign, grad
+
+
+def local_regularization_path(
+    prob: TokenSelectionProblem,
+    select,
+    radii,
+    mu: float,
+    min_norm: float = 0.0,
+    direction=None,
+    n_starts: int = 4,
+    seed=0,
+    switch_gap: float = 1e-4,
+    max_iter: int = 3000,
+    tol: float = 1e-9,
+) -> RegularizationPath:
+    """Local regularization path: ``θ̄_α(R) = argmin L(θ)`` over ``R_0 ≤ ‖θ‖ ≤ R`` in the cone of ``θ_mm(α)``.
+
+    The cone is ``1 − cos(θ, θ_mm(α)) ≤ μ``.
+
+    The inner radius ``R_0`` (``min_norm``, see :func:`cone_min_norm`) keeps the search away from the
+    cone's apex, where a mixture of tokens can beat selecting ``α`` (a poor local selection has
+    ``L(0) < L_α``); the local theorems of [MMTS] and [TFSVM] also start their cones at a norm ``R_0``.
+
+    [MMTS] (local regularization-path result, paraphrase): for a locally-optimal ``α`` and a small
+    enough cone, ``θ̄_α(R)/R → θ_mm(α)/‖θ_mm(α)‖``. For an ``α`` that is not locally optimal the
+    loss keeps pulling the minimiser towards higher-scoring SVM-neighbours: it sits on the cone's
+    boundary.
+
+    Solved like :func:`regularization_path` (batched projected descent, Barzilai–Borwein steps,
+    Armijo test), with the projection on ball ∩ cone (:func:`cone_project`), starts drawn inside
+    the cone (plus the previous radius's best solutions), and the objective ``L`` while the relative
+    excess ``|L − L_α|/L`` is at least ``switch_gap`` at every start, then, per start,
+    ``log(L − L_α)`` (a start above ``L_α``) or ``−log(L_α − L)`` (a start below: near an ``α`` whose
+    neighbours score higher), see :func:`selection_log_gap`. Both increase with ``L`` (same
+    minimisers in their region; a step that changes the sign is rejected) and stay well scaled
+    when ``L − L_α`` is below the float resolution of ``L``; a start below ``L_α`` beats every start
+    above it.
+
+    Args:
+        prob: :class:`TokenSelectionProblem`.  select: (n,) the selection ``α``.
+        radii: (N,) increasing, above ``min_norm``.  mu: cone width in ``(0, 2]`` (2: no cone).
+        min_norm: the inner radius ``R_0 ≥ 0``.
+        direction: the cone's axis (default ``θ_mm(α)`` from :func:`attnlib.max_margin`).
+        n_starts: random starts in the cone per radius (``2·n_starts + 1`` at the first radius).
+
+    Returns :class:`RegularizationPath`; its ``log_gap`` is ``log(L − L_α)`` (NaN where the excess is
+    not positive) and ``objective`` says which objective each radius used (``"loss"``, ``"log_gap"``,
+    ``"neg_log_gap"``, or ``"mixed_log_gap"`` when the starts lie on both sides of ``L_α``).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> path = local_regularization_path(prob, [1], [5.0, 50.0, 500.0], mu=0.001)
+    >>> err = al.one_minus_cosine(path.theta, [1.0, 0.0, 0.0])
+    >>> bool(err[-1] < 1e-6 and np.allclose(path.norm, path.radii))
+    True
+    """
+    from .svm import max_margin
+
+    if not isinstance(prob, TokenSelectionProblem):
+        raise ValueError(f"prob must be a TokenSelectionProblem, got {type(prob).__name__}")
+    r = _check_radii(radii)
+    sel = np.asarray(select)
+    if sel.shape != (prob.n,) or not np.issubdtype(sel.dtype, np.integer) or np.any((sel < 0) | (sel >= prob.T)):
+        raise ValueError(f"select must be {prob.n} token indices in [0, {prob.T - 1}], got {select!r}")
+    if not (np.isfinite(mu) and 0 < mu <= 2):
+        raise ValueError(f"mu must be in (0, 2], got {mu!r}")
+    if not (np.isfinite(min_norm) and 0 <= min_norm < r[0]):
+        raise ValueError(f"min_norm must be in [0, radii[0]), got {min_norm!r}")
+    if isinstance(n_starts, bool) or not isinstance(n_starts, (int, np.integer)) or n_starts < 0:
+        raise ValueError(f"n_starts must be a non-negative integer, got {n_starts!r}")
+    u = (max_margin(prob, sel).theta if direction is None else np.asarray(direction, float)).ravel()
+    u = u / np.linalg.norm(u)
+    dim = u.size
+    rng = np.random.default_rng(seed)
+    shape = prob.shape
+    beta = np.arccos(1.0 - mu)
+
+    def project(x, rho):
+        x = cone_project(x, u, mu, rho)
+        if min_norm > 0:  # radial push onto ‖θ‖ ≥ R0 (0 goes to the axis)
+            nx = np.linalg.norm(x, axis=1, keepdims=True)
+            x = np.where(nx >= min_norm, x, np.where(nx > 0, x * (min_norm / np.where(nx > 0, nx, 1.0)), min_norm * u))
+        return x
+
+    def fg_loss(x):
+        f, g = _loss_grad(prob, x.reshape((-1,) + shape))
+        return f, g.reshape(len(x), -1)
+
+    def make_fg_log(mode):  # per start: +1: log(L − L_α); −1: −log(L_α − L); both increase with L
+        def fg_log(x, rows):
+            lg, sign, g = selection_log_gap(prob, sel, x.reshape((-1,) + shape), with_grad=True)
+            return np.where(sign == mode[rows], mode[rows] * lg, np.inf), g.reshape(len(x), -1)
+
+        return fg_log
+
+    def cone_starts(count, rho):
+        z = rng.standard_normal((count, dim))
+        z -= (z @ u)[:, None] * u
+        z /= np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-300)
+        ang = beta * rng.uniform(0.0, 1.0, size=(count, 1)) if beta < np.pi else np.pi * rng.uniform(size=(count, 1))
+        return rho * (np.cos(ang) * u + np.sin(ang) * z)
+
+    N = len(r)
+    keep = n_starts + 1
+    S = 2 * n_starts + 1
+    xs = np.empty((N, dim))
+    kinds = np.empty(N, dtype=object)
+    start_obj = np.empty((N, S))
+    start_cos = np.empty((N, S))
+    iters = np.empty(N, dtype=int)
+    conv = np.empty(N, dtype=bool)
+    branches = None
+    for j, R in enumerate(r):
+        starts = cone_starts(S, R)
+        if branches is not None:
+            scale = R / np.maximum(np.linalg.norm(branches, axis=1, keepdims=True), 1e-300)
+            starts[: len(branches)] = branches * scale
+        th0 = starts.reshape((-1,) + shape)
+        lg, sign = selection_log_gap(prob, sel, th0)
+        rel = np.exp(lg) / prob.value(th0)
+        mode = np.where(sign < 0, -1.0, 1.0)  # each start keeps the sign of its excess
+        if np.min(rel) >= switch_gap:
+            kind = "loss"
+        else:
+            kind = "log_gap" if np.all(mode > 0) else ("neg_log_gap" if np.all(mode < 0) else "mixed_log_gap")
+        if kind == "loss":
+            x, f, it, ok = _ball_descent(fg_loss, starts, R, max_iter, tol, project)
+            mode = np.zeros(S)
+        else:
+            x, f, it, ok = _ball_descent(make_fg_log(mode), starts, R, max_iter, tol, project, indexed=True)
+        f = np.where(np.isfinite(f), f, np.inf)
+        order = np.lexsort((f, mode))  # a start below L_α beats every start above it
+        best = int(order[0])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        start_cos[j] = unit @ unit[best]
+        xs[j], kinds[j], start_obj[j], iters[j], conv[j] = x[best], kind, f, it, ok[best]
+        picked: list[int] = []
+        for b in order:
+            if np.isfinite(f[b]) and all(unit[b] @ unit[c] < 1 - 1e-9 for c in picked):
+                picked.append(int(b))
+            if len(picked) == keep:
+                break
+        branches = x[picked]
+    theta = xs.reshape((N,) + shape)
+    lg, sign = selection_log_gap(prob, sel, theta)
+    return RegularizationPath(
+        radii=r,
+        theta=theta,
+        objective=kinds.astype(str),
+        loss=prob.value(theta),
+        log_gap=np.where(sign > 0, lg, np.nan),
+        norm=np.linalg.norm(xs, axis=1),
+        start_objective=start_obj,
+        start_cosine=start_cos,
+        iterations=iters,
+        converged=conv,
+        parametrization="direct",
+    )
+
+
+def _cone_geometry(prob: TokenSelectionProblem, select, theta_mm):
+    """Per-token quantities of the cone bounds: ``d = A_iα − A_it`` norms, angles to the axis, lower/higher masks."""
+    sel = np.asarray(select, int)
+    n, T = prob.n, prob.T
+    A = np.asarray(prob.A, float).reshape(n, T, -1)
+    d = A[np.arange(n), sel][:, None, :] - A
+    dn = np.linalg.norm(d, axis=-1)
+    u = np.asarray(theta_mm, float).ravel()
+    u = u / np.linalg.norm(u)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phi = np.arccos(np.clip((d @ u) / dn, -1.0, 1.0))
+    gamma = np.asarray(prob.gamma, float)
+    g_sel = gamma[np.arange(n), sel]
+    others = np.arange(T) != sel[:, None]
+    lower = others & (gamma < g_sel[:, None])
+    higher = others & (gamma > g_sel[:, None])
+    return sel, dn, phi, gamma, g_sel, others, lower, higher
+
+
+def admissible_cone_angle(prob: TokenSelectionProblem, select, theta_mm) -> float:
+    """Largest cone half-angle ``β`` around ``θ_mm(α)`` inside which the local path bound applies.
+
+    Two conditions on every direction ``v`` of the cone: ``α`` wins every sample (``⟨v, d_it⟩ > 0``,
+    ``d_it = A_iα − A_it``), and every token scoring *above* ``α_i`` keeps a normalised margin above
+    the SVM's, ``⟨v, d_it⟩ > 1/‖θ_mm(α)‖``: then, at a large norm, the excess ``L − L_α`` is dominated
+    by the lower-scoring SVM-neighbours and its minimiser is pulled to the axis. With ``φ_it`` the
+    angle of ``d_it`` to the axis, ``β = min(min_t (π/2 − φ_it), min_{higher} (arccos(1/(‖θ_mm‖‖d_it‖)) − φ_it))``.
+    Positive for every locally-optimal ``α`` (the higher tokens are not neighbours, so
+    ``⟨θ_mm, d_it⟩ > 1``); ``0.0`` when ``α`` is not locally optimal (a neighbour does not score lower).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> round(float(np.degrees(admissible_cone_angle(prob, [1], [1.0, 0.0, 0.0]))), 2)
+    5.45
+    """
+    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
+    nrm = float(np.linalg.norm(theta_mm))
+    A = np.asarray(prob.A, float).reshape(prob.n, prob.T, -1)
+    d = A[np.arange(prob.n), sel][:, None, :] - A
+    values = d @ np.asarray(theta_mm, float).ravel()
+    neighbours = others & (np.abs(values - 1.0) <= 1e-6 * np.maximum(1.0, np.abs(values)))
+    if not np.all(~neighbours | lower):
+        return 0.0
+    beta = np.min(np.pi / 2 - phi[others])
+    if higher.any():
+        beta = min(beta, np.min(np.arccos(np.clip(1.0 / (nrm * dn[higher]), -1.0, 1.0)) - phi[higher]))
+    return float(max(beta, 0.0))
+
+
+def cone_min_norm(prob: TokenSelectionProblem, select, theta_mm, mu: float) -> float:
+    """Inner radius ``R_0`` of the cone beyond which the excess ``L − L_α`` is positive (locally-optimal ``α``).
+
+    In the notation of :func:`cone_margin_bound`, ``E(θ) ≥ e^{−m}(w/T − Σ_higher a_it e^{−m(‖θ_mm‖ c_it − 1)})``
+    with ``m`` the smallest lower-token margin of ``θ``; in the cone ``m ≥ ‖θ‖ c_low``,
+    ``c_low = min_lower ‖d_it‖ cos(φ_it + β)``. ``m*`` is where the sum falls to half of ``w/T`` (it
+    decreases in ``m``, every ``‖θ_mm‖ c_it > 1`` in an admissible cone), and ``R_0 = m*/c_low``: on
+    ``‖θ‖ ≥ R_0`` the excess is at least half its leading term. ``inf`` when the cone is wider than
+    :func:`admissible_cone_angle` (or ``α`` is not locally optimal).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> bool(0 <= cone_min_norm(prob, [1], [1.0, 0.0, 0.0], 0.001) < 100)
+    True
+    """
+    theta_mm = np.asarray(theta_mm, float)
+    beta = np.arccos(1.0 - mu)
+    if beta > admissible_cone_angle(prob, select, theta_mm):
+        return float("inf")
+    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
+    if not higher.any():
+        return 0.0
+    n, T = prob.n, prob.T
+    nrm = float(np.linalg.norm(theta_mm))
+    c = dn * np.cos(np.minimum(phi + beta, np.pi))
+    slope = -prob.loss.derivative(g_sel)
+    w = np.min(np.where(lower, slope[:, None] * (g_sel[:, None] - gamma), np.inf)) / n
+    a = (slope[:, None] * (gamma - g_sel[:, None]) / n)[higher]
+    rate = c[higher] * nrm - 1.0
+
+    def ratio(m):
+        return float(np.sum(a * np.exp(-m * rate)) * T / w)
+
+    if ratio(0.0) <= 0.5:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while ratio(hi) > 0.5:
+        hi *= 2.0
+        if hi > 1e15:  # a rate at 0 (the cone at the admissible angle): no finite R_0
+            return float("inf")
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ratio(mid) > 0.5 else (lo, mid)
+    c_low = np.min(c[lower])
+    return float(hi / c_low)
+
+
+def cone_margin_bound(
+    prob: TokenSelectionProblem, select, theta_mm, radii, mu: float, min_norm: float, grid: int = 2001
+) -> np.ndarray:
+    """Lower bound on the margin ratio ``ρ_α(θ̄_α(R))`` of the local path (:func:`local_regularization_path`).
+
+    The cone analogue of :func:`ray_margin_bound`, for a locally-optimal ``α`` and a cone no wider
+    than :func:`admissible_cone_angle`. Let ``θ_R = R θ_mm(α)/‖θ_mm(α)‖`` (in the cone and the ball, so
+    ``E(θ̄) ≤ E(θ_R)`` with ``E = L − L_α``). Split the tokens into *lower* (``γ_it < γ_iα``) and *higher*
+    (``γ_it > γ_iα``). By convexity of ``ℓ``, ``E ≥ (1/n) Σ_i |ℓ'(γ_iα)| δ_i``. Let ``m`` be the smallest
+    margin of ``θ̄`` over lower tokens; all margins are ``≥ 0`` in the cone, so that token has
+    ``σ ≥ e^{−m}/T``. The SVM of the lower tokens alone is ``θ_mm(α)`` (its active constraints are all
+    lower), so ``m ≤ ‖θ̄‖/‖θ_mm‖``; a higher token has ``σ ≤ e^{−‖θ̄‖ c_it} ≤ e^{−m ‖θ_mm‖ c_it}`` with
+    ``c_it = min_{v ∈ cone} ⟨v, d_it⟩ = ‖d_it‖ cos(φ_it + β)``. Hence ``F(m) ≤ E(θ_R)`` with
+
+    .. math::
+
+        F(m) = \\frac{w}{T} e^{-m} - \\sum_{\\text{higher}} a_{it}\\, e^{-m ‖θ_{mm}‖ c_{it}},\\quad
+        w = \\min_{\\text{lower}} \\tfrac{|ℓ'(γ_{iα})| (γ_{iα} - γ_{it})}{n},\\;
+        a_{it} = \\tfrac{|ℓ'(γ_{iα})| (γ_{it} - γ_{iα})}{n},
+
+    With the inner radius ``R_0`` of the path (``min_norm``, at least :func:`cone_min_norm`), every
+    feasible point has ``m ≥ m_0 = R_0 c_low`` and ``F > 0`` there, so
+    ``m ≥ m_lo(R) = inf{m ≥ m_0 : F(m) ≤ E(θ_R)}`` (bracketed on a grid, then bisected; ``F`` is
+    unimodal). The margin ratio over all tokens is ``ρ ≥ min(m_lo ‖θ_mm‖/R, ‖θ_mm‖ min_higher c_it)`` (``‖θ̄‖ ≤ R``), and
+    :func:`direction_bound` gives ``1 − cos(θ̄_α(R), θ_mm(α)) ≤ 1/ρ² − 1``.
+
+    Returns ``ρ_lo`` (N,): ``-inf`` where the bound does not apply (``α`` not locally optimal, the cone
+    wider than :func:`admissible_cone_angle`, ``min_norm`` below :func:`cone_min_norm`, or ``E(θ_R) ≤ 0``).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> r0 = cone_min_norm(prob, [1], [1.0, 0.0, 0.0], 0.001)
+    >>> lo = cone_margin_bound(prob, [1], [1.0, 0.0, 0.0], [100.0, 1000.0], mu=0.001, min_norm=r0)
+    >>> bool(0.9 < lo[0] < lo[1] < 1)
+    True
+    """
+    r = _check_radii(radii)
+    theta_mm = np.asarray(theta_mm, float)
+    nrm = float(np.linalg.norm(theta_mm))
+    out = np.full(len(r), -np.inf)
+    beta = np.arccos(1.0 - mu)
+    if beta > admissible_cone_angle(prob, select, theta_mm) or min_norm < cone_min_norm(prob, select, theta_mm, mu):
+        return out
+    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
+    n, T = prob.n, prob.T
+    c = dn * np.cos(np.minimum(phi + beta, np.pi))
+    slope = -prob.loss.derivative(g_sel)
+    w = np.min(np.where(lower, slope[:, None] * (g_sel[:, None] - gamma), np.inf)) / n
+    a = (slope[:, None] * (gamma - g_sel[:, None]) / n)[higher]
+    rate = c[higher] * nrm
+    c_hi = np.min(c[higher]) if higher.any() else np.inf
+    ray = r[:, None] * (theta_mm.ravel() / nrm)
+    lg_R, s_R = selection_log_gap(prob, sel, ray.reshape((len(r),) + prob.shape))
+    for j, R in enumerate(r):
+        if s_R[j] <= 0:
+            continue
+        m0 = min_norm * np.min(c[lower])
+
+        def log_f(m):
+            m = np.atleast_1d(np.asarray(m, float))
+            neg = np.zeros_like(m)
+            if a.size:
+                neg = np.exp(np.log(a)[None, :] - m[:, None] * (rate[None, :] - 1.0) + np.log(T / w)).sum(axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(neg < 1, np.log(w / T) - m + np.log1p(-np.minimum(neg, 1.0)), -np.inf)
+
+        # F is unimodal (F' is an exponential sum with one sign change) and positive from m0 on:
+        # F > E_R on [m0, m_lo); bracket the crossing on a grid, then bisect
+        m = np.linspace(m0, max(R / nrm, m0), grid)
+        below = np.flatnonzero(log_f(m) <= lg_R[j])
+        if below.size == 0:
+            continue
+        if below[0] == 0:
+            m_lo = m0
+        else:
+            lo, hi = m[below[0] - 1], m[below[0]]
+            for _ in range(80):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if log_f(mid)[0] > lg_R[j] else (lo, mid)
+            m_lo = lo
+        out[j] = min(m_lo * nrm / R, nrm * c_hi)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class LocalPathCase:
+    """One selection's local regularization path and what the page predicts for it.
+
+    Attributes:
+        select: (n,) the selection ``α``.  theta_mm: ``θ_mm(α)``.
+        locally_optimal: from the SVM-neighbours (strict).  all_higher: every SVM-neighbour scores
+            strictly above ``α_i`` (the class the page predicts to leave its cone).
+        mu, min_norm: the cone's width and inner radius ``R_0``.  radii: (N,).
+        path: the :class:`RegularizationPath` over ball ∩ cone.
+        omc: (N,) ``1 − cos(θ̄_α(R), θ_mm(α))`` (NaN at the apex).
+        bound: (N,) :func:`direction_bound` of :func:`cone_margin_bound` (``inf`` where it does not apply).
+        resolved: the bound at the largest radius is below ``bound_target·μ`` (decided from the SVM ray
+            before the path is solved; if not, the cone constraint alone implies ``omc ≤ μ`` and a
+            direction check could not fail).
+        leave: ``max(omc/μ, 1 − ‖θ̄‖/R)`` at the largest radius: 1 on the cone's boundary or pinned at
+            ``R_0 ≪ R``, near 0 for a path that converges inside its cone.
+    """
+
+    select: tuple
+    theta_mm: np.ndarray
+    locally_optimal: bool
+    all_higher: bool
+    mu: float
+    min_norm: float
+    radii: np.ndarray
+    path: RegularizationPath
+    omc: np.ndarray
+    bound: np.ndarray
+    resolved: bool
+    leave: float
+
+
+def local_path_case(
+    prob: TokenSelectionProblem,
+    solution,
+    cone_fraction: float = 0.5,
+    trap_mu: float = 1e-3,
+    trap_min_norm: float = 1.0,
+    bound_target: float = 0.25,
+    max_radius: float = 1e9,
+    per_decade: int = 3,
+    n_starts: int = 2,
+    seed=0,
+) -> LocalPathCase:
+    """Solve the local regularization path of one feasible selection, with the page's cone and radii.
+
+    For a locally-optimal ``α``: half-angle ``cone_fraction·β_adm`` (:func:`admissible_cone_angle`),
+    inner radius :func:`cone_min_norm`, and radii ``R_0 + 10^{k/per_decade}`` up to the first power of
+    ten where the bound :func:`cone_margin_bound` is at most ``bound_target·μ`` (at most
+    ``max_radius``). Otherwise ``R_0 = trap_min_norm``, radii up to 1e5 and
+    ``μ = min(trap_mu, 1 − cos(cone_fraction·β_win))``, with ``β_win = min_t (π/2 − φ_it)`` the largest
+    half-angle of a cone in which ``α`` wins every sample.
+
+    Args:
+        solution: the :class:`attnlib.svm.MaxMarginSolution` of ``α`` (feasible).
+    """
+    sel = np.asarray(solution.select)
+    theta_mm = np.asarray(solution.theta, float)
+    g_sel = prob.gamma[np.arange(prob.n), sel][:, None]
+    lo_ok = bool(np.all(~solution.neighbors | (g_sel > prob.gamma)))
+    all_higher = bool(np.all(~solution.neighbors | (prob.gamma > g_sel)))
+    beta = admissible_cone_angle(prob, sel, theta_mm) if lo_ok else 0.0
+    resolved = False
+    if beta > 0:
+        mu = float(1.0 - np.cos(cone_fraction * beta))
+        r0 = cone_min_norm(prob, sel, theta_mm, mu)
+
+        def bound_at(top):
+            return direction_bound(cone_margin_bound(prob, sel, theta_mm, [r0 + 10.0**top], mu, r0))[0]
+
+        top = 2.0
+        while top < np.log10(max_radius) and bound_at(top) > bound_target * mu:
+            top += 1.0
+        top = min(top, np.log10(max_radius))
+        resolved = bool(bound_at(top) <= bound_target * mu)
+    else:  # a cone inside the region where α wins every sample (a tie plane inside it could hold the minimiser)
+        _, _, phi, _, _, others, _, _ = _cone_geometry(prob, sel, theta_mm)
+        region = float(np.min(np.pi / 2 - phi[others]))
+        mu, r0, top = float(min(trap_mu, 1.0 - np.cos(cone_fraction * region))), float(trap_min_norm), 5.0
+    radii = r0 + np.logspace(0.0, top, int(round(top * per_decade)) + 1)
+    path = local_regularization_path(
+        prob, sel, radii, mu, min_norm=r0, direction=theta_mm, n_starts=n_starts, seed=seed
+    )
+    flat = path.theta.reshape(len(radii), -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        omc = 1.0 - (flat / np.linalg.norm(flat, axis=1, keepdims=True)) @ (theta_mm.ravel() / np.linalg.norm(theta_mm))
+    bound = np.full(len(radii), np.inf)
+    if beta > 0:
+        bound = direction_bound(cone_margin_bound(prob, sel, theta_mm, radii, mu, r0))
+    leave = float(max(np.nan_to_num(omc[-1] / mu, nan=1.0), 1.0 - path.norm[-1] / radii[-1]))
+    return LocalPathCase(
+        select=tuple(int(a) for a in sel),
+        theta_mm=theta_mm,
+        locally_optimal=lo_ok,
+        all_higher=all_higher,
+        mu=mu,
+        min_norm=r0,
+        radii=radii,
+        path=path,
+        omc=omc,
+        bound=bound,
+        resolved=resolved,
+        leave=leave,
+    )

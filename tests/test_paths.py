@@ -296,3 +296,72 @@ def test_minimiser_inside_the_ball_when_the_svm_is_infeasible():
         al.max_margin(prob)
     path = al.regularization_path(prob, [10.0], n_starts=2, seed=0)
     assert path.norm[0] < 0.5 * path.radii[0]
+
+
+# ---------------------------------------------------------------------- the local path (ball ∩ cone)
+
+from attnlib import paths  # noqa: E402
+
+
+def test_cone_project_is_the_nearest_feasible_point():
+    rng = np.random.default_rng(0)
+    u = np.array([1.0, 2.0, -1.0])
+    mu = 0.05
+    x = rng.normal(scale=3.0, size=(400, 3))
+    proj = paths.cone_project(x, u, mu, rho=2.0)
+    norms = np.linalg.norm(proj, axis=1)
+    assert np.all(norms <= 2.0 + 1e-12)
+    ok = norms > 1e-12
+    assert np.all(al.one_minus_cosine(proj[ok], u) <= mu + 1e-12)
+    np.testing.assert_allclose(paths.cone_project(proj, u, mu, rho=2.0), proj, atol=1e-12)  # idempotent
+    # no feasible point is nearer: compare with many random feasible points
+    cand = paths.cone_project(rng.normal(scale=3.0, size=(4000, 3)), u, mu, rho=2.0)
+    dist = np.linalg.norm(x[:, None] - cand[None], axis=-1).min(axis=1)
+    assert np.all(np.linalg.norm(x - proj, axis=1) <= dist + 1e-12)
+
+
+def test_selection_log_gap_matches_direct_difference_and_its_gradient():
+    prob = al.datasets.single_input(local=True)
+    theta = np.array([[1.0, 0.5, 0.0], [2.0, -1.0, 0.0], [0.3, 3.0, 0.0]])
+    floor = float(np.mean(prob.loss.value(prob.gamma[0, [1]])))
+    lg, sign, g = paths.selection_log_gap(prob, [1], theta, with_grad=True)
+    np.testing.assert_allclose(sign * np.exp(lg), prob.value(theta) - floor, rtol=1e-9)
+    np.testing.assert_allclose(g, prob.grad(theta) / np.exp(lg)[:, None], rtol=1e-9)
+    lg_far, sign_far = paths.selection_log_gap(prob, [1], np.array([800.0, 10.0, 0.0]))
+    assert sign_far == 1.0 and -900 < lg_far < -700  # far below the float resolution of L
+
+
+def test_local_path_converges_for_a_locally_optimal_selection_and_obeys_its_bound():
+    prob = al.datasets.single_input(local=True)
+    sol = al.max_margin(prob, np.array([1]))
+    case = paths.local_path_case(prob, sol, per_decade=2)
+    assert case.locally_optimal and case.resolved
+    np.testing.assert_allclose(case.path.norm, case.radii, rtol=1e-9)
+    assert np.all(case.omc <= case.bound + 1e-15)
+    rho = al.normalized_margin(prob, case.path.theta, np.array([1])) * np.linalg.norm(sol.theta)
+    lo = paths.cone_margin_bound(prob, [1], sol.theta, case.radii, case.mu, case.min_norm)
+    assert np.all(rho >= lo - 1e-12)
+    # the failing input of the chapter's check: the wrong reference direction (p_mm*)
+    wrong = al.one_minus_cosine(case.path.theta[-1], al.max_margin(prob).theta)
+    assert wrong > 1e3 * case.bound[-1]
+
+
+def test_local_path_leaves_when_every_neighbour_scores_higher():
+    prob = al.datasets.single_input(local=True)
+    sol = al.max_margin(prob, np.array([2]))
+    case = paths.local_path_case(prob, sol, per_decade=1)
+    assert not case.locally_optimal and case.all_higher
+    assert case.leave > 0.99
+    assert paths.admissible_cone_angle(prob, [2], sol.theta) == 0.0
+    assert np.all(paths.cone_margin_bound(prob, [2], sol.theta, [10.0], 0.001, 1.0) == -np.inf)
+
+
+def test_cone_too_wide_has_no_bound_and_the_path_sits_on_its_edge():
+    """Fig. 1(b), α = 2: past the admissible angle token 1 (higher score) outweighs token 3 on the edge."""
+    prob = al.datasets.single_input(local=True)
+    sol = al.max_margin(prob, np.array([1]))
+    mu = 0.05  # 18° > the admissible 5.45°
+    assert np.arccos(1 - mu) > paths.admissible_cone_angle(prob, [1], sol.theta)
+    assert paths.cone_min_norm(prob, [1], sol.theta, mu) == np.inf
+    path = paths.local_regularization_path(prob, np.array([1]), [10.0, 100.0], mu, min_norm=1.0)
+    np.testing.assert_allclose(al.one_minus_cosine(path.theta, sol.theta), mu, rtol=1e-6)
