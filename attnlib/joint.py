@@ -28,12 +28,15 @@ label margin exceeds the smallest one by less than their attention deficit still
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+from scipy.special import log_expit, log_softmax, logsumexp
 
+from .losses import Loss, get_loss
 from .metrics import direction_error, one_minus_cosine, orthogonal_offset
-from .model import token_selection
-from .optim import train_joint
+from .model import JointAttention, _scaled_weights, token_selection
+from .paths import _check_radii, direction_bound
 from .svm import LabelSVM, MaxMarginSolution, label_svm, max_margin
 
 __all__ = [
@@ -47,6 +50,14 @@ __all__ = [
     "offset_tolerance",
     "RandomJointRuns",
     "random_joint_runs",
+    "StackedJointAttention",
+    "train_joint_stack",
+    "truncate_joint",
+    "JointPath",
+    "joint_regularization_path",
+    "joint_log_gap",
+    "joint_log_loss",
+    "joint_path_bounds",
 ]
 
 #: Labels returned by :func:`classify_alignment`.
@@ -344,7 +355,7 @@ def random_joint_runs(
     (one batch) are the paper's ``p(0) = (0, −1)``, ``v(0) = (−1, 0)`` and ``inits − 1`` draws of
     ``N(0, I)`` for each of ``p`` and ``v`` (``numpy.random.default_rng(seed)``). Every run is
     recorded at ``records`` evenly spaced iterations, enough for :func:`offset_tolerance`.
-    One training run per instance (each has its own data): a Python loop over instances.
+    All instances train together as one batch (:func:`train_joint_stack`, one data set per row).
 
     >>> import attnlib as al
     >>> runs = al.random_joint_runs(seed=0, instances=2, inits=2, steps=200)
@@ -361,14 +372,20 @@ def random_joint_runs(
         raise ValueError(f"records must be an integer >= 4, got {records!r}")
     rng = np.random.default_rng(seed)
     rows = {k: [] for k in RandomJointRuns.__dataclass_fields__ if k not in ("svms", "predicted", "zero_row")}
-    all_svms, predicted, zero_row = [], [], []
+    all_svms, predicted, zero_row, datasets, P, V = [], [], [], [], [], []
     for k in range(instances):
         X, y = random_joint_tokens(n=n, d=2, seed=[seed, k])
         svms = joint_svms(X, y, select=1)
-        p_hat = balanced_direction(svms, rho=1.0)
-        p0 = np.vstack([JOINT_P0, rng.standard_normal((inits - 1, 2))])
-        v0 = np.vstack([JOINT_V0, rng.standard_normal((inits - 1, 2))])
-        traj = train_joint(X, y, p0, v0, steps=steps, loss=loss, lr=lr, record_every=max(1, steps // records))
+        datasets.append((X, y))
+        all_svms.append(svms)
+        predicted.append(balanced_direction(svms, rho=1.0))
+        P.append(np.vstack([JOINT_P0, rng.standard_normal((inits - 1, 2))]))
+        V.append(np.vstack([JOINT_V0, rng.standard_normal((inits - 1, 2))]))
+    # every instance's batch in one run (one data set per row)
+    trajs = train_joint_stack(
+        datasets, np.stack(P), np.stack(V), steps, loss=loss, lr=lr, record_every=max(1, steps // records)
+    )
+    for k, (svms, p_hat, traj) in enumerate(zip(all_svms, predicted, trajs)):
         v_gap, v_tol, _ = offset_tolerance(traj.steps, traj.v, svms.label.v)
         mass = np.exp(traj.problem.log_attention(traj.p[-1])[..., 1])  # (B, n)
         rows["instance"].append(np.full(inits, k))
@@ -381,8 +398,446 @@ def random_joint_runs(
         rows["sv_mass"].append(mass[:, svms.support].min(-1))
         rows["other_mass"].append(mass[:, ~svms.support].min(-1) if (~svms.support).any() else np.full(inits, np.nan))
         rows["on_selection"].append(np.all(mass > 0.5, axis=-1))
-        all_svms.append(svms)
-        predicted.append(p_hat)
         zero_row.append(bool(np.min((svms.keys[:, 1] - svms.keys[:, 0]) @ p_hat) < 1e-6))
     out = {key: np.concatenate(value) for key, value in rows.items()}
     return RandomJointRuns(svms=tuple(all_svms), predicted=np.array(predicted), zero_row=np.array(zero_row), **out)
+
+
+# ---------------------------------------------------------------------- batched training over data sets
+
+
+@dataclass(frozen=True, eq=False)
+class StackedJointAttention(JointAttention):
+    """:class:`JointAttention` with one data set per batch row: ``X`` (R, n, T, d), ``y`` (R, n).
+
+    Methods take ``p`` (*batch, R, d_k) and ``v`` (*batch, R, d): row ``r`` of the parameters is
+    trained on data set ``r``, so trajectories on different data sets (same ``n``, ``T``, ``d``) step
+    together as one batch (:func:`train_joint_stack`), as :func:`attnlib.stack_problems` does for
+    fixed-head problems.
+    """
+
+    def __post_init__(self):
+        X = np.asarray(self.X, float)
+        if X.ndim != 4:
+            raise ValueError(f"X must be a 4-D array (R, n, T, d), got shape {X.shape}")
+        y = np.asarray(self.y, float)
+        if y.shape != X.shape[:2] or not np.all(np.isin(y, (-1.0, 1.0))):
+            raise ValueError(f"y must have shape {X.shape[:2]} with labels ±1, got {y.shape}")
+        W = np.asarray(self.W, float)
+        if W.ndim != 2 or W.shape[1] != X.shape[3]:
+            raise ValueError(f"W must have shape (d_k, {X.shape[3]}), got {W.shape}")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "W", W)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+
+    @cached_property
+    def keys(self) -> np.ndarray:
+        """``k_it = W x_it`` per row: (R, n, T, d_k)."""
+        return self.X @ self.W.T
+
+    def scores(self, v) -> np.ndarray:
+        """``γ_it = y_i vᵀ x_it``: (*batch, R, n, T)."""
+        return self.y[..., None] * np.einsum("...d,...itd->...it", np.asarray(v, float), self.X)
+
+    def log_attention(self, p) -> np.ndarray:
+        """``log σ_it(p)``: (*batch, R, n, T)."""
+        return log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), self.keys), axis=-1)
+
+    def scaled_grad(self, p, v):
+        """As :meth:`JointAttention.scaled_grad`, row by row."""
+        terms, gamma = self._terms(p, v)
+        m_p, w = _scaled_weights(terms.log_sigma, gamma, terms.output, self.loss)
+        g_p = np.einsum("...it,...itk->...k", w, self.keys - self.keys[..., :1, :])
+        with np.errstate(divide="ignore"):
+            log_neg_dloss = np.log(-self.loss.derivative(terms.output))
+        m_v = np.max(log_neg_dloss, axis=-1)
+        coef = -self.y * np.exp(log_neg_dloss - m_v[..., None]) / self.X.shape[-3]
+        mean_token = np.einsum("...it,...itd->...id", np.exp(terms.log_sigma), self.X)
+        g_v = np.einsum("...i,...id->...d", coef, mean_token)
+        return (m_p, g_p), (m_v, g_v)
+
+
+def train_joint_stack(
+    datasets,
+    p0,
+    v0,
+    steps: int,
+    W=None,
+    loss: str = "logistic",
+    method: str = "ngd",
+    lr: float = 0.1,
+    record_every: int = 1,
+) -> list:
+    """:func:`attnlib.train_joint` on several data sets at once: one batched run, one trajectory each.
+
+    Args:
+        datasets: sequence of ``(X, y)`` with the same ``X.shape`` (n, T, d).
+        p0: (d_k,), (B, d_k) (the same starts for every data set) or (S, B, d_k) (one batch per data
+            set); ``v0`` likewise with ``d``.
+        steps, W, loss, method, lr, record_every: as in :func:`attnlib.train_joint`.
+
+    Returns a list of :class:`attnlib.optim.JointTrajectory`, one per data set, each with ``p``
+    (R, B, d_k), ``v`` (R, B, d) and its own :class:`JointAttention` as ``problem``: the same as
+    ``S`` separate :func:`attnlib.train_joint` calls, with one Python loop over the iterations.
+
+    >>> import numpy as np, attnlib as al
+    >>> sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    >>> trajs = al.joint.train_joint_stack(sets, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> one = al.train_joint(*sets[1], al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> len(trajs), bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (2, True)
+    """
+    from .optim import JointTrajectory, train_joint_problem
+
+    Xs = [np.asarray(X, float) for X, _ in datasets]
+    ys = [np.asarray(y, float) for _, y in datasets]
+    if not Xs or any(X.ndim != 3 or X.shape != Xs[0].shape for X in Xs):
+        raise ValueError("datasets must be a non-empty sequence of (X, y) with X of one shape (n, T, d)")
+    S, d = len(Xs), Xs[0].shape[2]
+    W = np.eye(d) if W is None else np.asarray(W, float)
+
+    def per_set(name, value, dim):
+        arr = np.asarray(value, float)
+        arr = arr[None] if arr.ndim == 1 else arr
+        arr = np.broadcast_to(arr, (S,) + arr.shape) if arr.ndim == 2 else arr
+        if arr.ndim != 3 or arr.shape[0] != S or arr.shape[2] != dim:
+            raise ValueError(f"{name} must have shape ({dim},), (B, {dim}) or ({S}, B, {dim}), got {np.shape(value)}")
+        return arr
+
+    P, V = per_set("p0", p0, W.shape[0]), per_set("v0", v0, d)
+    if P.shape[:2] != V.shape[:2]:
+        raise ValueError(f"p0 and v0 must hold the same number of starts, got {P.shape[:2]} and {V.shape[:2]}")
+    B = P.shape[1]
+    rows = StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
+    traj = train_joint_problem(
+        rows, P.reshape(S * B, -1), V.reshape(S * B, -1), steps, method=method, lr=lr, record_every=record_every
+    )
+    out = []
+    for s in range(S):
+        cut = slice(s * B, (s + 1) * B)
+        out.append(
+            JointTrajectory(
+                traj.p[:, cut],
+                traj.v[:, cut],
+                traj.steps,
+                traj.loss[:, cut],
+                traj.stopped[cut],
+                traj.method,
+                traj.lr,
+                JointAttention(Xs[s], ys[s], W, rows.loss),
+            )
+        )
+    return out
+
+
+def truncate_joint(traj, steps: int):
+    """The records of a :class:`attnlib.optim.JointTrajectory` up to iteration ``steps`` (a view)."""
+    import dataclasses
+
+    keep = np.asarray(traj.steps) <= steps
+    return dataclasses.replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
+
+
+# ---------------------------------------------------------------------- the joint path (p and v on two balls)
+
+
+def _log_loss(loss: Loss, u) -> np.ndarray:
+    """``log ℓ(u)`` without underflow, for the logistic and the exponential loss."""
+    u = np.asarray(u, float)
+    if loss.name == "exponential":
+        return -u
+    if loss.name != "logistic":
+        raise ValueError(f"the joint path needs the logistic or the exponential loss, got {loss.name!r}")
+    with np.errstate(over="ignore", divide="ignore"):
+        small = np.log(np.logaddexp(0.0, -np.minimum(u, 30.0)))
+        large = -u + np.log1p(-0.5 * np.exp(-np.maximum(u, 30.0)))
+    return np.where(u > 30.0, large, small)
+
+
+def _log_abs_excess(loss: Loss, gamma, delta) -> tuple[np.ndarray, np.ndarray]:
+    """``log|ℓ(γ − δ) − ℓ(γ)|`` and its sign (that of ``δ``), for any sign and size of ``δ`` and ``γ``.
+
+    ``|δ| < 1e-8``: first order, ``log|ℓ'(γ)| + log|δ|``. ``γ > 30`` (logistic) or exponential:
+    ``ℓ(u) = e^{−u}`` to relative ``e^{−γ}``, so the excess is ``e^{−γ} expm1(δ)``. Otherwise the
+    direct difference (no cancellation for ``|δ| ≥ 1e-8`` and ``γ ≤ 30``).
+    """
+    gamma, delta = np.broadcast_arrays(np.asarray(gamma, float), np.asarray(delta, float))
+    sign = np.sign(delta)
+    ad = np.abs(delta)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_slope = np.log(-loss.derivative(gamma)) if loss.name == "exponential" else log_expit(-gamma)
+        first = log_slope + np.log(ad)
+        # log|expm1(δ)| for any δ: δ + log1p(−e^{−δ}) for large δ
+        log_em1 = np.where(
+            delta > 30.0,
+            delta + np.log1p(-np.exp(-np.minimum(delta, 700.0))),
+            np.log(np.abs(np.expm1(np.minimum(delta, 30.0)))),
+        )
+        tail = -gamma + log_em1
+        direct = np.log(np.abs(loss.value(gamma - delta) - loss.value(gamma)))
+    exp_like = (loss.name == "exponential") | (gamma > 30.0)
+    out = np.where(ad < 1e-8, first, np.where(exp_like, tail, direct))
+    return out, sign
+
+
+def joint_log_gap(X, y, keys, select, p, v, loss) -> tuple[np.ndarray, np.ndarray]:
+    """Signed excess of the joint loss over the floor of its selection at ``v``: ``L(p, v) − L_α(v)``.
+
+    ``L_α(v) = (1/n) Σ_i ℓ(γ_iα_i)`` with ``γ_it = y_i vᵀ x_it``: the loss when every input attends
+    to its selected token only. As in :func:`selection_log_gap`, with ``δ_i = Σ_t σ_it (γ_iα − γ_it)``
+    in signed log space; accurate where the excess is far below the float resolution of ``L``.
+
+    Args: ``X`` (*data, n, T, d), ``y`` (*data, n), ``keys`` (*data, n, T, d_k), ``select`` (*data, n),
+    ``p`` (*batch, d_k), ``v`` (*batch, d), with ``data`` broadcastable against ``batch`` (one data
+    set per batch member, or one for all).  Returns ``(log|L − L_α|, sign)``, each (*batch,).
+    """
+    loss = get_loss(loss)
+    n = X.shape[-3]
+    sel = np.asarray(select)
+    gamma = np.asarray(y)[..., None] * np.einsum("...d,...itd->...it", np.asarray(v, float), X)
+    g_sel = np.take_along_axis(gamma, np.broadcast_to(sel, gamma.shape[:-1])[..., None], axis=-1)[..., 0]
+    diff = g_sel[..., None] - gamma
+    log_sigma = log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), keys), axis=-1)
+    with np.errstate(divide="ignore"):
+        terms = np.where(diff == 0, -np.inf, log_sigma + np.log(np.abs(diff)))
+    log_delta, s_delta = logsumexp(terms, axis=-1, b=np.where(diff == 0, 1.0, np.sign(diff)), return_sign=True)
+    log_e, s_e = _log_abs_excess(loss, g_sel, s_delta * np.exp(np.minimum(log_delta, 700.0)))
+    # |δ| may underflow in exp(log_delta): the first-order branch then needs log_delta itself
+    with np.errstate(divide="ignore"):
+        log_slope = np.log(-loss.derivative(g_sel)) if loss.name == "exponential" else log_expit(-g_sel)
+    tiny = log_delta < np.log(1e-8)
+    log_e = np.where(tiny, log_slope + log_delta, log_e)
+    s_e = np.where(tiny, s_delta, s_e)
+    lg, sign = logsumexp(log_e, axis=-1, b=np.where(s_e == 0, 0.0, s_e), return_sign=True)
+    return lg - np.log(n), sign
+
+
+def joint_log_loss(X, y, keys, p, v, loss) -> np.ndarray:
+    """``log L(p, v)``, accurate where ``L`` underflows: (*batch,) (shapes as :func:`joint_log_gap`)."""
+    loss = get_loss(loss)
+    log_sigma = log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), keys), axis=-1)
+    pooled = np.einsum("...it,...itd->...id", np.exp(log_sigma), X)
+    u = np.asarray(y) * np.einsum("...d,...id->...i", np.asarray(v, float), pooled)
+    return logsumexp(_log_loss(loss, u), axis=-1) - np.log(X.shape[-3])
+
+
+def _angle_search(objective, N: int, grid: int, zoom: int, levels: int) -> np.ndarray:
+    """Global minimiser over the circle for each of ``N`` rows: ``objective(angles (N, M)) → (sign, key)``.
+
+    Lower sign first, then lower key (the sign is that of an excess whose log is ``|key|``: ordering
+    by ``(sign, sign·log|E|)`` orders by ``E``). A grid of ``grid`` angles, then ``levels`` zooms of
+    ``zoom`` points over ± one spacing around the best.
+    """
+    angles = np.broadcast_to(np.linspace(0.0, 2 * np.pi, grid, endpoint=False), (N, grid))
+    width = 2 * np.pi / grid
+    best = None
+    for level in range(levels + 1):
+        sign, key = objective(angles)
+        smin = np.min(sign, axis=1, keepdims=True)
+        k = np.where(sign == smin, key, np.inf)
+        idx = np.argmin(k, axis=1)
+        best = angles[np.arange(N), idx]
+        if level < levels:
+            angles = best[:, None] + np.linspace(-width, width, zoom)[None, :]
+            width = 2 * width / (zoom - 1)
+    return best
+
+
+@dataclass(frozen=True, eq=False)
+class JointPath:
+    """The joint regularization path ``(p̄, v̄)(R_p, R_v)`` of :func:`joint_regularization_path`.
+
+    Attributes: ``radii_p`` (N,), ``radii_v`` (N,), ``p`` (*S, N, 2), ``v`` (*S, N, 2) the minimisers
+    on the spheres (``S``: data sets of a stack), ``rounds`` (*S, N) alternations used,
+    ``log_loss`` ``log L(p̄, v̄)``, ``log_gap`` / ``gap_sign`` the excess over the selection's floor
+    at ``v̄``, ``select``, ``unsettled``: some row still moved at the last alternation.
+    """
+
+    radii_p: np.ndarray
+    radii_v: np.ndarray
+    p: np.ndarray
+    v: np.ndarray
+    rounds: np.ndarray
+    log_loss: np.ndarray
+    log_gap: np.ndarray
+    gap_sign: np.ndarray
+    select: np.ndarray
+    unsettled: bool
+
+
+def joint_regularization_path(
+    X,
+    y,
+    select,
+    radii_p,
+    radii_v,
+    W=None,
+    loss: str = "logistic",
+    grid: int = 360,
+    zoom: int = 21,
+    levels: int = 10,
+    max_rounds: int = 8,
+    tol: float = 1e-10,
+) -> JointPath:
+    """Joint regularization path of [MMTS]: ``(p̄, v̄) = argmin L(p, v)`` over ``‖p‖ = R_p``, ``‖v‖ = R_v``.
+
+    For 2-D ``p`` and 2-D ``v`` (the paper's joint-training data): each parameter is an angle on its
+    circle, and the path alternates exact block minimisations, each a global search over its circle
+    (a grid of ``grid`` angles refined ``levels`` times), until neither angle moves by more than
+    ``tol`` rad (at most ``max_rounds`` alternations, recorded in ``rounds``):
+
+    - ``v`` at fixed ``p``: minimise ``log L(p, v)`` (:func:`joint_log_loss`); the samples' losses
+      ``≈ e^{−R_v m_i}`` are large numbers in log space, no difference is formed;
+    - ``p`` at fixed ``v``: minimise ``L(p, v) − L_α(v)`` in signed log space
+      (:func:`joint_log_gap`): the part of the loss ``p`` can still change is far below the float
+      resolution of ``L`` once ``R_v`` is large (sample ``i`` weighs ``|ℓ'(γ_iα)| ≈ e^{−R_v m_i}``).
+
+    The search is on the spheres: at the radii used the loss decreases outwards in both blocks
+    (the selected tokens win and are correctly classified), so the ball constraints are active.
+    Every radius, and every data set of a stack, is one row of a single batched search.
+
+    Args:
+        X: (n, T, 2) tokens, or (S, n, T, 2) a stack of data sets (same ``n``, ``T``).
+        y: (n,) or (S, n) labels.  select: (n,) or (S, n) the selected tokens ``α``.
+        radii_p, radii_v: (N,) the two radii (e.g. ``R_v = R_p^κ``).  W: (2, 2) keys ``k = W x``.
+
+    Returns :class:`JointPath` with ``p``, ``v`` of shape (N, 2), or (S, N, 2) for a stack.
+    """
+    X = np.asarray(X, float)
+    stacked = X.ndim == 4
+    Xs = X if stacked else X[None]
+    S, n, T, d = Xs.shape
+    ys = np.broadcast_to(np.asarray(y, float), (S, n))
+    sels = np.broadcast_to(np.asarray(select), (S, n))
+    W = np.eye(d) if W is None else np.asarray(W, float)
+    keys = Xs @ W.T
+    if d != 2 or keys.shape[-1] != 2:
+        raise ValueError(f"the joint path searches circles: p and v must be 2-D, got d = {d}, d_k = {keys.shape[-1]}")
+    rp, rv = _check_radii(radii_p), np.asarray(radii_v, float)
+    if rv.shape != rp.shape or np.any(rv <= 0):
+        raise ValueError(f"radii_v must be positive with the shape of radii_p {rp.shape}, got {rv.shape}")
+    N = len(rp)
+    # rows: data set s, radius j  ->  row s * N + j; data carry a grid axis of length 1
+    Xr, Kr = np.repeat(Xs, N, axis=0)[:, None], np.repeat(keys, N, axis=0)[:, None]
+    yr, sr = np.repeat(ys, N, axis=0)[:, None], np.repeat(sels, N, axis=0)[:, None]
+    Rp, Rv = np.tile(rp, S), np.tile(rv, S)
+    rows = S * N
+
+    def circle(angles, radius):
+        return radius[:, None, None] * np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+
+    def f_v(angles, idx):
+        lv = joint_log_loss(Xr[idx], yr[idx], Kr[idx], p[idx, None, :], circle(angles, Rv[idx]), loss)
+        return np.zeros_like(lv), lv
+
+    def f_p(angles, idx):
+        lg, sign = joint_log_gap(Xr[idx], yr[idx], Kr[idx], sr[idx], circle(angles, Rp[idx]), v[idx, None, :], loss)
+        return sign, sign * lg
+
+    def turned(a, b):
+        return np.abs(np.angle(np.exp(1j * (a - b)))) > tol
+
+    p, v = np.zeros((rows, 2)), np.zeros((rows, 2))
+    a_p, a_v = np.full(rows, np.nan), np.full(rows, np.nan)
+    rounds = np.zeros(rows, int)
+    active = np.ones(rows, bool)
+    for it in range(max_rounds):
+        idx = np.flatnonzero(active)
+        new_v = _angle_search(lambda a, idx=idx: f_v(a, idx), len(idx), grid, zoom, levels)
+        v[idx] = circle(new_v[:, None], Rv[idx])[:, 0]
+        new_p = _angle_search(lambda a, idx=idx: f_p(a, idx), len(idx), grid, zoom, levels)
+        moved = turned(new_p, a_p[idx]) | turned(new_v, a_v[idx]) | np.isnan(a_p[idx])
+        rounds[idx] = it + 1
+        a_p[idx], a_v[idx] = new_p, new_v
+        p[idx] = circle(new_p[:, None], Rp[idx])[:, 0]
+        active[idx] = moved
+        if not active.any():
+            break
+    lg, sign = joint_log_gap(Xr[:, 0], yr[:, 0], Kr[:, 0], sr[:, 0], p, v, loss)
+    ll = joint_log_loss(Xr[:, 0], yr[:, 0], Kr[:, 0], p, v, loss)
+    shape = (S, N) if stacked else (N,)
+    return JointPath(
+        rp,
+        rv,
+        p.reshape(shape + (2,)),
+        v.reshape(shape + (2,)),
+        rounds.reshape(shape),
+        ll.reshape(shape),
+        lg.reshape(shape),
+        sign.reshape(shape),
+        np.asarray(select),
+        bool(active.any()),
+    )
+
+
+def joint_path_bounds(X, y, select, path: JointPath, svms, W=None, loss: str = "logistic"):
+    """Finite-radius bounds on the joint path's directions, from the two SVM rays (one data set).
+
+    **Head.** ``v̄`` minimises ``L(p̄, ·)`` on its sphere, so ``L(p̄, v̄) ≤ L(p̄, R_v v̂_mm)``. When every
+    non-selected token is 0, ``y_i v̄ᵀ x_iα ≥ u_i = y_i v̄ᵀ x̄_i`` (``x̄_i = σ_iα x_iα``) and
+    ``L ≥ ℓ(u_min)/n ≥ e^{−u_min}/(2n)`` (logistic, ``u_min ≥ 0``; ``e^{−u}/n`` exponential), so the label
+    margin ratio is ``ρ_v ≥ (−log(2n L(p̄, R_v v̂_mm))) ‖v_mm‖/R_v`` and
+    ``1 − cos(v̄, v_mm) ≤ 1/ρ_v² − 1`` (:func:`direction_bound`).
+
+    **Attention.** At ``v̄`` the scores ``γ_it = y_i v̄ᵀx_it`` are fixed and ``p̄`` minimises the excess
+    ``E = L − L_α(v̄)`` on its sphere. With ``p_S`` the SVM of the support vectors' rows only, the ray
+    ``R_p p̂_S`` bounds ``E(p̄)``; as in :func:`ray_margin_bound`, the smallest support-vector margin
+    ``m`` of ``p̄`` has ``E ≥ w_S/(e^m + T − 1)`` (``w_S`` the smallest support-vector weight
+    ``|ℓ'(γ_iα)|(γ_iα − γ_it)/n``, in log space: ``|ℓ'(γ_iα)| ≈ e^{−R_v m_i}``), and every other term of
+    ``E`` is ``≥ 0`` when the selected tokens score highest. So ``ρ_S ≥ m_lo ‖p_S‖/R_p`` and
+    ``1 − cos(p̄, p_S) ≤ 1/ρ_S² − 1``. ``p_S`` is the relaxed p-SVM whenever its ``≥ 0`` rows are
+    inactive (``relaxed_is_support_svm``).
+
+    Args:
+        X: (n, T, 2), y, select: one data set.  path: its :class:`JointPath` (unstacked).
+        svms: :func:`attnlib.joint_svms` of the data.
+
+    Returns ``(v_bound (N,), p_bound (N,), p_support (2,), relaxed_is_support_svm)``; a bound is
+    ``inf`` where it does not apply (non-zero non-selected tokens for ``v``; a selected token that
+    does not score highest, or a vacuous log, for ``p``).
+    """
+    from .model import token_selection
+    from .svm import max_margin
+
+    loss = get_loss(loss)
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    n, T, d = X.shape
+    sel = np.asarray(select)
+    W = np.eye(d) if W is None else np.asarray(W, float)
+    keys = X @ W.T
+    rp, rv = path.radii_p, path.radii_v
+    others = np.arange(T) != sel[:, None]
+    # head
+    v_mm = np.asarray(svms.label.v, float)
+    ray_v = rv[:, None] * v_mm / np.linalg.norm(v_mm)
+    log_l = joint_log_loss(X, y, keys, path.p, ray_v, loss)
+    c = np.log(2 * n) if loss.name == "logistic" else np.log(n)
+    rho_v = np.maximum(-c - log_l, 0.0) * np.linalg.norm(v_mm) / rv
+    v_bound = direction_bound(rho_v) if np.all(X[others] == 0) else np.full(len(rp), np.inf)
+    # attention: SVM of the support vectors' rows only
+    S = np.asarray(svms.support, bool)
+    onehot = np.zeros((int(S.sum()), T))
+    onehot[np.arange(int(S.sum())), sel[S]] = 1.0
+    p_S = max_margin(token_selection(keys[S], onehot), sel[S]).theta
+    same = bool(np.allclose(p_S, svms.relaxed.theta, atol=1e-6))
+    p_bound = np.full(len(rp), np.inf)
+    for j in range(len(rp)):
+        gamma = y[:, None] * (X @ path.v[j])
+        g_sel = gamma[np.arange(n), sel]
+        if np.any(np.where(others, gamma, -np.inf) >= g_sel[:, None]):
+            continue
+        lg_ray, s_ray = joint_log_gap(X, y, keys, sel, rp[j] * p_S / np.linalg.norm(p_S), path.v[j], loss)
+        if s_ray <= 0:
+            continue
+        with np.errstate(divide="ignore"):
+            log_slope = np.log(-loss.derivative(g_sel)) if loss.name == "exponential" else log_expit(-g_sel)
+            log_w = np.min(np.where(others[S], log_slope[S][:, None] + np.log(g_sel[S][:, None] - gamma[S]), np.inf))
+        head = log_w - np.log(n) - lg_ray
+        with np.errstate(over="ignore"):
+            frac = (T - 1) * np.exp(-head)
+        if frac >= 1:
+            continue
+        m_lo = head + np.log1p(-frac)
+        p_bound[j] = direction_bound(m_lo * np.linalg.norm(p_S) / rp[j])
+    return v_bound, p_bound, p_S, same

@@ -391,8 +391,8 @@ def train_joint_problem(
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     _check_schedule(steps, lr, record_every)
-    p = _batch("p0", p0, joint.keys.shape[2])
-    v = _batch("v0", v0, joint.X.shape[2])
+    p = _batch("p0", p0, joint.keys.shape[-1])
+    v = _batch("v0", v0, joint.X.shape[-1])
     if p.shape[0] != v.shape[0]:
         raise ValueError(f"p0 and v0 must hold the same number of initialisations, got {p.shape[0]} and {v.shape[0]}")
     B = p.shape[0]

@@ -225,3 +225,88 @@ def test_random_joint_runs_rows_and_records():
     for bad, match in ((dict(instances=0), "instances"), (dict(inits=0), "inits"), (dict(records=2), "records")):
         with pytest.raises(ValueError, match=match):
             al.random_joint_runs(seed=0, **{"instances": 1, **bad})
+
+
+# ---------------------------------------------------------------------- batched runs and the joint regularization path
+
+
+def test_train_joint_stack_matches_separate_runs():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    sets += [al.datasets.joint_tokens(third=(0.5, h)) for h in (1.2, 1.8)]
+    rng = np.random.default_rng(3)
+    p0, v0 = rng.standard_normal((2, 2)), rng.standard_normal((2, 2))
+    stacked = al.joint.train_joint_stack(sets, p0, v0, steps=120, record_every=7)
+    for (X, y), traj in zip(sets, stacked):
+        one = al.train_joint(X, y, p0, v0, steps=120, record_every=7)
+        np.testing.assert_allclose(traj.p, one.p, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(traj.v, one.v, rtol=1e-11, atol=1e-12)
+        np.testing.assert_allclose(traj.loss, one.loss, rtol=1e-11)
+        np.testing.assert_array_equal(traj.steps, one.steps)
+        assert traj.problem.X.shape == X.shape
+    cut = al.joint.truncate_joint(stacked[0], 50)
+    assert cut.steps[-1] <= 50 and cut.p.shape[0] == cut.steps.size
+    with pytest.raises(ValueError, match="one shape"):
+        al.joint.train_joint_stack([sets[0], al.random_joint_tokens(n=5, seed=0)], p0, v0, steps=5)
+
+
+def test_stacked_joint_attention_rows_match_joint_attention():
+    sets = [al.random_joint_tokens(n=4, seed=k) for k in range(3)]
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    rows = al.joint.StackedJointAttention(X, y, np.eye(2), "logistic")
+    rng = np.random.default_rng(0)
+    p, v = rng.standard_normal((5, 3, 2)), rng.standard_normal((5, 3, 2))
+    gp, gv = rows.grad(p, v)
+    for r, (Xr, yr) in enumerate(sets):
+        one = al.JointAttention(Xr, yr, np.eye(2), "logistic")
+        a, b = one.grad(p[:, r], v[:, r])
+        np.testing.assert_allclose(gp[:, r], a, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(gv[:, r], b, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(rows.value(p, v)[:, r], one.value(p[:, r], v[:, r]), rtol=1e-13)
+
+
+def test_joint_log_gap_matches_the_direct_difference():
+    X, y = al.datasets.joint_tokens(relaxed=True)
+    keys, sel = X, np.ones(3, int)
+    rng = np.random.default_rng(1)
+    p, v = 2 * rng.standard_normal((6, 2)), 2 * rng.standard_normal((6, 2))
+    joint = al.JointAttention(X, y, np.eye(2), "logistic")
+    gamma = y[:, None] * np.einsum("bd,itd->bit", v, X)
+    floor = np.mean(np.logaddexp(0.0, -gamma[:, np.arange(3), sel]), axis=-1)
+    lg, sign = al.joint.joint_log_gap(X, y, keys, sel, p, v, "logistic")
+    np.testing.assert_allclose(sign * np.exp(lg), joint.value(p, v) - floor, rtol=1e-8, atol=1e-15)
+    np.testing.assert_allclose(
+        al.joint.joint_log_loss(X, y, keys, p, v, "logistic"), np.log(joint.value(p, v)), rtol=1e-12
+    )
+    lg_far, s_far = al.joint.joint_log_gap(X, y, keys, sel, np.array([1000.0, 0.0]), np.array([0.0, 1e6]), "logistic")
+    assert s_far == 1.0 and np.isfinite(lg_far) and lg_far < -1e5  # far below the float range of L
+
+
+def test_joint_path_on_the_papers_sets_follows_the_relaxed_svm_within_its_bounds():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    radii = np.array([100.0, 1000.0])
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    path = al.joint.joint_regularization_path(X, y, 1, radii, radii**2)
+    assert path.p.shape == (2, 2, 2) and not path.unsettled
+    for s, (Xs, ys) in enumerate(sets):
+        svms = al.joint_svms(Xs, ys, select=1)
+        one = al.joint.joint_regularization_path(Xs, ys, 1, radii, radii**2)
+        np.testing.assert_allclose(one.p, path.p[s], atol=1e-9)
+        v_bound, p_bound, _, same = al.joint.joint_path_bounds(Xs, ys, np.ones(3, int), one, svms)
+        assert same
+        assert np.all(al.one_minus_cosine(one.v, svms.label.v) <= v_bound)
+        assert np.all(al.one_minus_cosine(one.p, svms.relaxed.theta) <= p_bound)
+        if s == 1:  # the full p-SVM is the wrong reference: the same test fails
+            assert al.one_minus_cosine(one.p[-1], svms.full.theta) > 5 * p_bound[-1]
+
+
+def test_joint_path_at_equal_radii_goes_to_the_balanced_direction():
+    """R_v = R_p: the path ends at p_hat(1), not at the relaxed SVM; R_v = R_p^2: at the relaxed SVM."""
+    X, y = al.random_joint_tokens(n=6, d=2, seed=[0, 4])
+    svms = al.joint_svms(X, y, select=1)
+    balanced = al.balanced_direction(svms, rho=1.0)
+    assert al.angle_degrees(balanced, svms.relaxed.theta) > 2.0
+    radii = np.array([1000.0])
+    equal = al.joint.joint_regularization_path(X, y, 1, radii, radii)
+    squared = al.joint.joint_regularization_path(X, y, 1, radii, radii**2)
+    assert al.angle_degrees(equal.p[-1], balanced) < 0.1
+    assert al.angle_degrees(squared.p[-1], svms.relaxed.theta) < 0.1

@@ -181,3 +181,14 @@ def test_per_trajectory_step_sizes_and_explicit_record_steps():
         al.train(prob, np.zeros((3, 3)), steps=5, lr=[0.1, 0.2])
     with pytest.raises(ValueError, match="record_steps must be increasing"):
         al.train(prob, np.zeros(3), steps=5, record_steps=[0, 7])
+
+
+def test_train_joint_problem_takes_a_problem_with_one_data_set_per_row():
+    """The parameter sizes come from the last axes, so a row-stacked problem trains as one batch."""
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    rows = al.joint.StackedJointAttention(X, y, np.eye(2), "logistic")
+    traj = al.optim.train_joint_problem(rows, np.zeros((2, 2)), np.ones((2, 2)), steps=10)
+    assert traj.p.shape == (11, 2, 2) and traj.v.shape == (11, 2, 2)
+    one = al.train_joint(*sets[1], np.zeros(2), np.ones(2), steps=10)
+    np.testing.assert_allclose(traj.p[:, 1], one.p[:, 0], rtol=1e-12, atol=1e-14)
