@@ -58,6 +58,7 @@ THEOREM_CHAPTERS = (
     "05_fast_rates",
     "06_real_tokens",
     "10_factorization",
+    "11_decoder_and_initialisation",
 )
 TABLE_DIR = Path("book/robustness")
 COLUMNS = ("chapter", "seed", "point_status", "check", "value", "status", "reason")
