@@ -20,6 +20,7 @@ chapter whether its table is still current.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import datetime
 import hashlib
@@ -140,8 +141,9 @@ def _commit(root: Path) -> str:
 
 
 def numerics_digest(notebook: dict) -> str:
-    """A hash of a notebook's code cells (not its prose, not its outputs, not the parameters cell
-    that papermill injects), so an executed copy and its source give the same digest.
+    """A hash of a notebook's code (its code cells' syntax trees: not its prose, comments, layout or
+    outputs, nor the parameters cell that papermill injects), so an executed copy and its source
+    give the same digest.
 
     The robustness page compares the digest of the notebooks the sweep executed with that of the
     chapter's current source, to say whether a table was made by the chapter's current code.
@@ -151,7 +153,12 @@ def numerics_digest(notebook: dict) -> str:
     digest = hashlib.sha256()
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "code" and "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
-            digest.update("".join(cell.get("source", [])).encode() + b"\0")
+            source = "".join(cell.get("source", []))
+            try:  # the syntax tree: comments and layout do not count
+                source = ast.dump(ast.parse(source))
+            except SyntaxError:  # IPython syntax (a magic): the text as written
+                pass
+            digest.update(source.encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
