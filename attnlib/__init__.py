@@ -63,6 +63,7 @@ from .metrics import (
 )
 from .joint import angle_degrees
 from .rates import curves, log_steps
+from .rates import half_decade_slopes, inverse_log_vs_power
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
@@ -211,6 +212,8 @@ __all__ = [
     "planted_tokens",
     "decoder_svms",
     "train_joint_problem",
+    "half_decade_slopes",
+    "inverse_log_vs_power",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",
