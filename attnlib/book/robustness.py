@@ -141,25 +141,25 @@ def _commit(root: Path) -> str:
 
 
 def numerics_digest(notebook: dict) -> str:
-    """A hash of a notebook's code (its code cells' syntax trees: not its prose, comments, layout or
-    outputs, nor the parameters cell that papermill injects), so an executed copy and its source
-    give the same digest.
+    """A hash of a notebook's code (the syntax tree of its code cells: not its prose, comments,
+    layout, cell boundaries or outputs, nor the parameters cell that papermill injects), so an
+    executed copy and its source give the same digest.
 
     The robustness page compares the digest of the notebooks the sweep executed with that of the
     chapter's current source, to say whether a table was made by the chapter's current code.
     Changes to attnlib are not in it: the test suite reruns every chapter on two of the table's
     seeds and requires the same verdicts as the table.
     """
-    digest = hashlib.sha256()
-    for cell in notebook.get("cells", []):
-        if cell.get("cell_type") == "code" and "injected-parameters" not in cell.get("metadata", {}).get("tags", []):
-            source = "".join(cell.get("source", []))
-            try:  # the syntax tree: comments and layout do not count
-                source = ast.dump(ast.parse(source))
-            except SyntaxError:  # IPython syntax (a magic): the text as written
-                pass
-            digest.update(source.encode() + b"\0")
-    return digest.hexdigest()[:16]
+    sources = [
+        "".join(cell.get("source", []))
+        for cell in notebook.get("cells", [])
+        if cell.get("cell_type") == "code" and "injected-parameters" not in cell.get("metadata", {}).get("tags", [])
+    ]
+    try:  # one syntax tree for the whole notebook: comments, layout and cell boundaries do not count
+        code = ast.dump(ast.parse("\n".join(sources)))
+    except SyntaxError:  # IPython syntax (a magic): the text as written
+        code = "\0".join(sources)
+    return hashlib.sha256(code.encode()).hexdigest()[:16]
 
 
 def source_digest(root: str | os.PathLike, chapter: str) -> str:
