@@ -43,6 +43,7 @@ from .svm import (
 
 # Training: GD, normalised GD and Polyak over batches of initialisations and of problems.
 from .optim import METHODS, JointTrajectory, Stop, Trajectory, train, train_joint
+
 # Self-attention with a trainable decoder ([FAST] v2): joint (W, u) training.
 from .decoder import DecoderAttention, PlantedTokens, decoder_svms, joint_self_attention, planted_tokens
 from .optim import train_joint_problem
