@@ -171,3 +171,15 @@ def test_the_claims_table_is_on_the_front_page(built_site, executed_book):
     chapters_with_checks = sum(1 for result in executed_book.values() if result.checks_total)
     assert len(tables) == chapters_with_checks  # one table per chapter
     assert sum(table.count("<tr") for table in tables) == expected + len(tables)  # a row per check, plus headers
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda path: path.stem)
+def test_notebook_text_has_no_control_characters(notebook):
+    """A TeX command written into a Python string without a raw prefix ("\\alpha" as "\\a") becomes a
+    control character, which MathJax then reports as a math input error on the page."""
+    content = json.loads((ROOT / notebook).read_text(encoding="utf-8"))
+    texts = [
+        "".join(cell["source"]) + json.dumps(cell.get("metadata", {}), ensure_ascii=False) for cell in content["cells"]
+    ]
+    bad = [i for i, text in enumerate(texts) if any(ch < " " and ch not in "\n\t" for ch in text) or "\\u00" in text]
+    assert not bad, f"{notebook}: control characters in cells {bad}"
