@@ -17,8 +17,12 @@ True
 # The problem: logits linear in the parameter, fixed token scores, a decreasing loss.
 from .losses import LOSSES, Loss, get_loss
 from .model import (
+    AttentionProblem,
     JointAttention,
+    JointProblem,
     ProblemStack,
+    Terms,
+    check_labels,
     TokenSelectionProblem,
     prompt_attention,
     self_attention,
@@ -43,6 +47,7 @@ from .svm import (
 
 # Training: GD, normalised GD and Polyak over batches of initialisations and of problems.
 from .optim import METHODS, JointTrajectory, Stop, Trajectory, train, train_joint
+from .optim import GradientDescent, NormalizedGradientDescent, PolyakStep, StepRule, step_rule
 
 # Self-attention with a trainable decoder ([FAST] v2): joint (W, u) training.
 from .decoder import DecoderAttention, PlantedTokens, decoder_svms, joint_self_attention, planted_tokens
@@ -240,4 +245,13 @@ __all__ = [
     "svm_constraints",
     "svm_rank_grid",
     "train_kq",
+    "AttentionProblem",
+    "JointProblem",
+    "Terms",
+    "check_labels",
+    "StepRule",
+    "GradientDescent",
+    "NormalizedGradientDescent",
+    "PolyakStep",
+    "step_rule",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 
 from .metrics import cosine
 from .model import TokenSelectionProblem
-from .optim import _check_method, _check_schedule, train
+from .optim import check_schedule, step_rule, train
 from .svm import SelectionReport, locally_optimal_selections
 
 __all__ = ["BasinMap", "basin_map", "classify_motion", "cone_starts", "selection_table"]
@@ -154,8 +154,8 @@ def basin_map(
     >>> m.kind().tolist()
     [0, 0, 0, 0, 1, 1]
     """
-    _check_method(method)
-    _check_schedule(steps, lr, 1)
+    step_rule(method)  # a ValueError for an unknown method
+    check_schedule(steps, lr, 1)
     if candidates is None:
         candidates = locally_optimal_selections(prob)
     candidates = tuple(candidates)

@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from .joint import JointSVMs
-from .model import JointAttention, _as_float_array, token_selection
+from .model import JointAttention, finite_array, token_selection
 from .svm import label_svm, max_margin
 
 __all__ = ["DecoderAttention", "joint_self_attention", "PlantedTokens", "planted_tokens", "decoder_svms"]
@@ -42,7 +42,7 @@ class DecoderAttention(JointAttention):
 
     def __post_init__(self):
         super().__post_init__()
-        Z = self.X[:, 0, :] if self.Z is None else _as_float_array("Z", self.Z, ndim=2)
+        Z = self.X[:, 0, :] if self.Z is None else finite_array("Z", self.Z, ndim=2)
         if Z.shape[0] != self.X.shape[0]:
             raise ValueError(f"Z must have one query per sample, shape ({self.X.shape[0]}, d_z), got {Z.shape}")
         object.__setattr__(self, "Z", Z)
@@ -65,7 +65,7 @@ def joint_self_attention(X, y, Z=None, loss="logistic") -> DecoderAttention:
     Args: ``X`` (n, T, d) tokens, ``y`` (n,) labels ±1, ``Z`` (n, d_z) queries (cross-attention)
     or None, ``loss`` "logistic", "exponential" or "linear".
     """
-    X = _as_float_array("X", X, ndim=3)
+    X = finite_array("X", X, ndim=3)
     return DecoderAttention(X, np.asarray(y, float), np.eye(X.shape[2]), loss, Z)
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .model import check_labels
+
 __all__ = ["DigitPatches", "digit_patches", "fit_patch_head", "follow_selection"]
 
 #: Side of a scikit-learn digit image, in pixels.
@@ -177,10 +179,9 @@ def fit_patch_head(X, y, ridge: float = 1.0) -> np.ndarray:
     """
     X = np.asarray(X, float)
     y = np.asarray(y, float)
-    if X.ndim != 3 or y.shape != (X.shape[0],):
-        raise ValueError(f"X must be (n, T, d) and y (n,), got {X.shape} and {y.shape}")
-    if not np.all(np.isin(y, (-1.0, 1.0))):
-        raise ValueError("y must contain only labels -1 and +1")
+    if X.ndim != 3:
+        raise ValueError(f"X must be (n, T, d), got {X.shape}")
+    y = check_labels(y, X.shape[0])
     if isinstance(ridge, bool) or not np.isfinite(ridge) or ridge <= 0:
         raise ValueError(f"ridge must be a positive finite number, got {ridge!r}")
     F = X.reshape(-1, X.shape[2])

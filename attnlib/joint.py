@@ -28,14 +28,13 @@ label margin exceeds the smallest one by less than their attention deficit still
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
-from scipy.special import log_expit, log_softmax, logsumexp
+from scipy.special import log_expit
 
 from .losses import Loss, get_loss
 from .metrics import direction_error, one_minus_cosine, orthogonal_offset
-from .model import JointAttention, _scaled_weights, token_selection
+from .model import JointAttention, check_labels, log_softmax, logsumexp, token_selection
 from .paths import _check_radii, direction_bound
 from .svm import LabelSVM, MaxMarginSolution, label_svm, max_margin
 
@@ -416,13 +415,14 @@ class StackedJointAttention(JointAttention):
     fixed-head problems.
     """
 
+    #: the data axes lead ``X`` and ``keys``: the inherited methods contract row by row.
+    _data_axes = "..."
+
     def __post_init__(self):
         X = np.asarray(self.X, float)
         if X.ndim != 4:
             raise ValueError(f"X must be a 4-D array (R, n, T, d), got shape {X.shape}")
-        y = np.asarray(self.y, float)
-        if y.shape != X.shape[:2] or not np.all(np.isin(y, (-1.0, 1.0))):
-            raise ValueError(f"y must have shape {X.shape[:2]} with labels ±1, got {y.shape}")
+        y = check_labels(self.y, X.shape[:2])
         W = np.asarray(self.W, float)
         if W.ndim != 2 or W.shape[1] != X.shape[3]:
             raise ValueError(f"W must have shape (d_k, {X.shape[3]}), got {W.shape}")
@@ -430,32 +430,6 @@ class StackedJointAttention(JointAttention):
         object.__setattr__(self, "y", y)
         object.__setattr__(self, "W", W)
         object.__setattr__(self, "loss", get_loss(self.loss))
-
-    @cached_property
-    def keys(self) -> np.ndarray:
-        """``k_it = W x_it`` per row: (R, n, T, d_k)."""
-        return self.X @ self.W.T
-
-    def scores(self, v) -> np.ndarray:
-        """``γ_it = y_i vᵀ x_it``: (*batch, R, n, T)."""
-        return self.y[..., None] * np.einsum("...d,...itd->...it", np.asarray(v, float), self.X)
-
-    def log_attention(self, p) -> np.ndarray:
-        """``log σ_it(p)``: (*batch, R, n, T)."""
-        return log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), self.keys), axis=-1)
-
-    def scaled_grad(self, p, v):
-        """As :meth:`JointAttention.scaled_grad`, row by row."""
-        terms, gamma = self._terms(p, v)
-        m_p, w = _scaled_weights(terms.log_sigma, gamma, terms.output, self.loss)
-        g_p = np.einsum("...it,...itk->...k", w, self.keys - self.keys[..., :1, :])
-        with np.errstate(divide="ignore"):
-            log_neg_dloss = np.log(-self.loss.derivative(terms.output))
-        m_v = np.max(log_neg_dloss, axis=-1)
-        coef = -self.y * np.exp(log_neg_dloss - m_v[..., None]) / self.X.shape[-3]
-        mean_token = np.einsum("...it,...itd->...id", np.exp(terms.log_sigma), self.X)
-        g_v = np.einsum("...i,...id->...d", coef, mean_token)
-        return (m_p, g_p), (m_v, g_v)
 
 
 def train_joint_stack(

@@ -83,7 +83,7 @@ def _select(prob: TokenSelectionProblem, select) -> np.ndarray:
 
 def normalized_margin(prob: TokenSelectionProblem, theta, select=None) -> np.ndarray:
     """``γ(θ) = min_{i, t≠α_i} ⟨θ, A_iα_i − A_it⟩ / ‖θ‖``; tends to ``1/‖θ_mm(α)‖`` [FAST]."""
-    flat, batch = prob._flat(theta)
+    flat, batch = prob.flatten(theta)
     sel = _select(prob, select)
     logits = prob.logits(theta)
     chosen = np.take_along_axis(logits, np.broadcast_to(sel, batch + (prob.n,))[..., None], axis=-1)
@@ -95,7 +95,7 @@ def normalized_margin(prob: TokenSelectionProblem, theta, select=None) -> np.nda
 
 def selection_mass(prob: TokenSelectionProblem, theta, select=None) -> np.ndarray:
     """Softmax probability of the selected token, ``σ_iα_i``: (*batch, n)."""
-    _, batch = prob._flat(theta)
+    _, batch = prob.flatten(theta)
     sel = np.broadcast_to(_select(prob, select), batch + (prob.n,))
     return np.exp(np.take_along_axis(prob.log_attention(theta), sel[..., None], axis=-1)[..., 0])
 
@@ -105,7 +105,7 @@ def log_one_minus_mass(prob: TokenSelectionProblem, theta, select=None) -> np.nd
 
     Exact where ``1 − σ`` is far below machine epsilon (it underflows to 0 if computed directly).
     """
-    _, batch = prob._flat(theta)
+    _, batch = prob.flatten(theta)
     sel = np.broadcast_to(_select(prob, select), batch + (prob.n,))
     log_sigma = prob.log_attention(theta)
     others = np.where(np.arange(prob.T) == sel[..., None], -np.inf, log_sigma)

@@ -32,29 +32,40 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from .losses import Loss, get_loss
 
 __all__ = [
+    "AttentionProblem",
+    "Terms",
+    "check_labels",
+    "logsumexp",
+    "log_softmax",
     "TokenSelectionProblem",
     "ProblemStack",
     "stack_problems",
     "JointAttention",
+    "JointProblem",
     "token_selection",
     "prompt_attention",
     "self_attention",
 ]
 
 
-def _as_float_array(name: str, value, ndim: int | None = None) -> np.ndarray:
+def finite_array(name: str, value, ndim: int | None = None) -> np.ndarray:
+    """``value`` as a float array with ``ndim`` axes (if given) and finite entries, or a ValueError naming ``name``."""
     arr = np.asarray(value, dtype=float)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-D array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite (no NaN or inf)")
     return arr
+
+
+_as_float_array = finite_array  # the name used before finite_array was public
 
 
 def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -65,40 +76,115 @@ def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-def logsumexp(x: np.ndarray, axis=-1) -> np.ndarray:
-    """``log Σ exp(x)`` over ``axis``; ``-inf`` where every entry is ``-inf``."""
+def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False):
+    """``log Σ exp(x)`` over ``axis`` (max-subtracted); ``-inf`` where every entry is ``-inf``.
+
+    The library's one logsumexp. With weights ``b`` (broadcastable to ``x``) it computes
+    ``log |Σ b exp(x)|`` with the maximum taken over the entries whose weight is non-zero; with
+    ``return_sign=True`` it returns ``(log |Σ b exp(x)|, sign of the sum)`` (sign 0 and value
+    ``-inf`` for a zero sum), as ``scipy.special.logsumexp`` does.
+
+    >>> import numpy as np
+    >>> float(logsumexp(np.log([1.0, 2.0, 3.0])))  # log 6
+    1.791759469228055
+    >>> value, sign = logsumexp(np.log([1.0, 3.0]), b=[1.0, -1.0], return_sign=True)
+    >>> round(float(np.exp(value)), 12), float(sign)
+    (2.0, -1.0)
+    """
     x = np.asarray(x)
-    top = x.max(axis=axis, keepdims=True)
+    if b is None:
+        top = x.max(axis=axis, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            out = np.log(np.exp(x - top).sum(axis=axis)) + top.squeeze(axis=axis)
+        return (out, np.where(np.isneginf(out), 0.0, 1.0)) if return_sign else out
+    x, b = np.broadcast_arrays(x, np.asarray(b, dtype=float))
+    top = np.where(b != 0, x, -np.inf).max(axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.log(np.exp(x - top).sum(axis=axis)) + top.squeeze(axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+        total = (b * np.exp(x - top)).sum(axis=axis)
+        out = np.log(np.abs(total)) + top.squeeze(axis=axis)
+    return (out, np.sign(total)) if return_sign else out
 
 
-def _check_labels(y, n: int) -> np.ndarray:
-    y = _as_float_array("y", y, ndim=1)
-    if y.shape != (n,):
-        raise ValueError(f"y must have shape ({n},) (one label per sample), got {y.shape}")
+def check_labels(y, shape, name: str = "y") -> np.ndarray:
+    """Labels ``y`` as a float array of the given ``shape`` with entries ±1, or a ValueError.
+
+    The library's one label check: ``shape`` is ``(n,)`` for one data set (an int ``n`` is
+    accepted), ``(S, n)`` for a stack of data sets.
+
+    >>> check_labels([1, -1, 1], 3).tolist()
+    [1.0, -1.0, 1.0]
+    """
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    y = finite_array(name, y, ndim=len(shape))
+    if y.shape != shape:
+        what = "one label per sample" if len(shape) == 1 else "one label per sample of each data set"
+        raise ValueError(f"{name} must have shape {shape} ({what}), got {y.shape}")
     if not np.all(np.isin(y, (-1.0, 1.0))):
-        raise ValueError(f"y must contain only labels -1 and +1, got values {np.unique(y)}")
+        raise ValueError(f"{name} must contain only labels -1 and +1, got values {np.unique(y)}")
     return y
 
 
+_check_labels = check_labels  # the name used before check_labels was public
+
+
 @dataclass(frozen=True, eq=False)
-class _Terms:
-    """Per-sample quantities shared by the loss, the gap and the gradient at one θ batch."""
+class Terms:
+    """Per-sample quantities shared by the loss, the gap and the gradient at one θ batch.
+
+    Attributes:
+        log_sigma: (*batch, n, T) ``log σ_it``.
+        log_delta: (*batch, n) ``log δ_i``, the log of the deficit ``δ_i ≥ 0`` (``u_i = γ_i,opt − δ_i``).
+        output: (*batch, n) the signed outputs ``u_i``.
+    """
 
     log_sigma: np.ndarray  # (..., n, T)
     log_delta: np.ndarray  # (..., n)   log of the deficit δ_i ≥ 0
     output: np.ndarray  # (..., n)   u_i = γ_opt − δ_i
 
 
-def _deficit_terms(log_sigma: np.ndarray, score_gap: np.ndarray, gamma_ref: np.ndarray) -> _Terms:
+_Terms = Terms  # the name used before Terms was public
+
+
+@runtime_checkable
+class AttentionProblem(Protocol):
+    """What a trainer needs from a problem: the flat-parameter protocol of the library.
+
+    A problem has a parameter θ of shape ``shape`` (``size`` entries), a loss ``loss`` with floor
+    ``loss_floor`` (``L*``), and evaluates a batch of parameters in one set of array operations:
+
+    - :meth:`flatten` validates ``theta`` (*batch, *shape) and returns ``(flat (*batch, size), batch)``;
+    - :meth:`terms_from_flat` computes the shared per-sample :class:`Terms` at ``flat``;
+    - :meth:`log_gap_from` gives ``log(L − L*)`` (*batch,) from those terms;
+    - :meth:`scaled_grad_from` gives ``∇L = exp(m)·g`` as ``(m (*batch,), g (*batch, size))``,
+      ``g`` of order one, so the direction is exact where ``‖∇L‖`` underflows.
+
+    The loss itself is ``mean(loss.value(terms.output), axis=-1)``.
+    :class:`TokenSelectionProblem`, :class:`ProblemStack` and
+    :class:`attnlib.NonlinearHeadAttention` implement it; :func:`attnlib.train`,
+    :func:`attnlib.log_gap_grad` and the regularization paths use only these names.
+    """
+
+    shape: tuple[int, ...]
+    loss: Loss
+
+    def flatten(self, theta) -> tuple[np.ndarray, tuple[int, ...]]: ...
+
+    def terms_from_flat(self, flat: np.ndarray) -> Terms: ...
+
+    def log_gap_from(self, terms: Terms) -> np.ndarray: ...
+
+    def scaled_grad_from(self, terms: Terms) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _deficit_terms(log_sigma: np.ndarray, score_gap: np.ndarray, gamma_ref: np.ndarray) -> Terms:
     """``δ_i = Σ_t σ_it Δ_it`` in log space, Δ = score gap to the reference token (≥ 0)."""
     with np.errstate(divide="ignore"):
         log_gap = np.log(score_gap)
         log_delta = logsumexp(log_sigma + log_gap, axis=-1)
     output = gamma_ref - np.exp(log_delta)
-    return _Terms(log_sigma, log_delta, output)
+    return Terms(log_sigma, log_delta, output)
 
 
 def _scaled_weights(
@@ -136,15 +222,16 @@ def _scaled_weights(
 
 
 class _LinearLogits:
-    """Evaluation shared by a problem and a stack of problems.
+    """Evaluation shared by a problem and a stack of problems (the :class:`AttentionProblem` protocol).
 
     Subclasses provide ``n, T, shape, size, gamma, gamma_opt, score_gap, loss`` and the three
-    array hooks ``_flat`` (validate θ and flatten it), ``_logits_flat`` and ``_adjoint_flat``.
+    array methods :meth:`flatten` (validate θ and flatten it), :meth:`logits_flat` and
+    :meth:`adjoint_flat`.
     """
 
     def logits(self, theta) -> np.ndarray:
         """``s_it = ⟨θ, A_it⟩``: (*batch, n, T)."""
-        return self._logits_flat(self._flat(theta)[0])
+        return self.logits_flat(self.flatten(theta)[0])
 
     def log_attention(self, theta) -> np.ndarray:
         """``log σ_it`` (stable log-softmax over tokens): (*batch, n, T)."""
@@ -154,38 +241,40 @@ class _LinearLogits:
         """``σ_it``: (*batch, n, T)."""
         return np.exp(self.log_attention(theta))
 
-    def _terms(self, theta) -> _Terms:
-        return self._terms_from_flat(self._flat(theta)[0])
+    def terms(self, theta) -> Terms:
+        """The per-sample :class:`Terms` at ``theta`` (*batch, *shape)."""
+        return self.terms_from_flat(self.flatten(theta)[0])
 
-    def _terms_from_flat(self, flat: np.ndarray) -> _Terms:
-        """Terms at parameters given flat, ``(*batch, size)``."""
-        return _deficit_terms(log_softmax(self._logits_flat(flat)), self.score_gap, self.gamma_opt)
+    def terms_from_flat(self, flat: np.ndarray) -> Terms:
+        """The per-sample :class:`Terms` at parameters given flat, ``(*batch, size)``."""
+        return _deficit_terms(log_softmax(self.logits_flat(flat)), self.score_gap, self.gamma_opt)
 
     def output(self, theta) -> np.ndarray:
         """Signed outputs ``u_i = y_i f(X_i) = Σ_t σ_it γ_it``: (*batch, n)."""
-        return self._terms(theta).output
+        return self.terms(theta).output
 
     def value(self, theta) -> np.ndarray:
         """``L(θ)``: (*batch,)."""
         return np.mean(self.loss.value(self.output(theta)), axis=-1)
 
-    def _log_gap_from(self, terms: _Terms) -> np.ndarray:
+    def log_gap_from(self, terms: Terms) -> np.ndarray:
+        """``log(L − L*)`` (*batch,) from the :class:`Terms` of a batch."""
         per_sample = self.loss.log_excess(self.gamma_opt, terms.log_delta)
         return logsumexp(per_sample, axis=-1) - np.log(self.n)
 
     def log_gap(self, theta) -> np.ndarray:
         """``log(L − L*)``, accurate where ``L − L*`` itself underflows: (*batch,)."""
-        return self._log_gap_from(self._terms(theta))
+        return self.log_gap_from(self.terms(theta))
 
     def gap(self, theta) -> np.ndarray:
         """``L − L* ≥ 0`` computed without subtracting L*: (*batch,)."""
-        return np.mean(self.loss.excess(self.gamma_opt, np.exp(self._terms(theta).log_delta)), axis=-1)
+        return np.mean(self.loss.excess(self.gamma_opt, np.exp(self.terms(theta).log_delta)), axis=-1)
 
-    def _scaled_grad_from(self, terms: _Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
-        """``(log_scale (*batch,), g)`` with ∇L = exp(log_scale)·g; ``g`` is flat, ``(*batch, size)``,
-        unless ``batch`` is given, then ``(*batch, *shape)``."""
+    def scaled_grad_from(self, terms: Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(log_scale (*batch,), g)`` with ∇L = exp(log_scale)·g from the :class:`Terms` of a batch;
+        ``g`` is flat, ``(*batch, size)``, unless ``batch`` is given, then ``(*batch, *shape)``."""
         m, w = _scaled_weights(terms.log_sigma, self.gamma, terms.output, self.loss)
-        g = self._adjoint_flat(w)
+        g = self.adjoint_flat(w)
         return m, g if batch is None else g.reshape(tuple(batch) + self.shape)
 
     def scaled_grad(self, theta) -> tuple[np.ndarray, np.ndarray]:
@@ -193,8 +282,8 @@ class _LinearLogits:
 
         The direction ``g/‖g‖`` is exact even when ``‖∇L‖`` is below the smallest float.
         """
-        flat, batch = self._flat(theta)
-        m, g = self._scaled_grad_from(self._terms_from_flat(flat))
+        flat, batch = self.flatten(theta)
+        m, g = self.scaled_grad_from(self.terms_from_flat(flat))
         return m, g.reshape(batch + self.shape)
 
     def grad(self, theta) -> np.ndarray:
@@ -206,6 +295,28 @@ class _LinearLogits:
     def selection(self, theta) -> np.ndarray:
         """The token each sample attends to most, ``argmax_t σ_it``: (*batch, n)."""
         return np.argmax(self.logits(theta), axis=-1)
+
+    # The names used before the protocol was public (kept so that older code keeps working).
+    def _flat(self, theta):
+        return self.flatten(theta)
+
+    def _terms(self, theta):
+        return self.terms(theta)
+
+    def _terms_from_flat(self, flat):
+        return self.terms_from_flat(flat)
+
+    def _log_gap_from(self, terms):
+        return self.log_gap_from(terms)
+
+    def _scaled_grad_from(self, terms, batch=None):
+        return self.scaled_grad_from(terms, batch)
+
+    def _logits_flat(self, flat):
+        return self.logits_flat(flat)
+
+    def _adjoint_flat(self, w):
+        return self.adjoint_flat(w)
 
 
 @dataclass(frozen=True, eq=False)
@@ -233,8 +344,8 @@ class TokenSelectionProblem(_LinearLogits):
     factors: tuple | None = None
 
     def __post_init__(self):
-        A = _as_float_array("A", self.A)
-        gamma = _as_float_array("gamma", self.gamma, ndim=2)
+        A = finite_array("A", self.A)
+        gamma = finite_array("gamma", self.gamma, ndim=2)
         if A.ndim < 3 or A.shape[:2] != gamma.shape:
             raise ValueError(
                 f"A must have shape (n, T, *param_shape) matching gamma's (n, T) = {gamma.shape}, got {A.shape}"
@@ -297,8 +408,8 @@ class TokenSelectionProblem(_LinearLogits):
         return float(np.mean(self.loss.value(self.gamma_opt)))
 
     @cached_property
-    def _features_from_opt(self) -> np.ndarray:
-        """``A_it − A_i,opt`` flattened to (n·T, size)."""
+    def features_from_opt(self) -> np.ndarray:
+        """``A_it − A_i,opt`` flattened to (n·T, size): the directions every gradient combines."""
         A = self.A.reshape(self.n, self.T, self.size)
         return (A - A[np.arange(self.n), self.opt][:, None, :]).reshape(self.n * self.T, self.size)
 
@@ -308,7 +419,7 @@ class TokenSelectionProblem(_LinearLogits):
         X = self.factors[0]
         return X - X[np.arange(self.n), self.opt][:, None, :]
 
-    def _logits_flat(self, flat: np.ndarray) -> np.ndarray:
+    def logits_flat(self, flat: np.ndarray) -> np.ndarray:
         """``s_it = ⟨θ, A_it⟩`` for flat parameters ``(*batch, size)``: (*batch, n, T)."""
         lead = flat.shape[:-1]
         if self.factors is None:
@@ -320,11 +431,11 @@ class TokenSelectionProblem(_LinearLogits):
         logits = X @ np.transpose(Wz, (2, 1, 0))  # (n, T, d) @ (n, d, B) -> (n, T, B)
         return logits.transpose(2, 0, 1).reshape(lead + (self.n, self.T))
 
-    def _adjoint_flat(self, w: np.ndarray) -> np.ndarray:
+    def adjoint_flat(self, w: np.ndarray) -> np.ndarray:
         """``Σ_it w_it (A_it − A_i,opt)`` for weights ``(*batch, n, T)``: (*batch, size)."""
         lead = w.shape[:-2]
         if self.factors is None:
-            return w.reshape(lead + (self.n * self.T,)) @ self._features_from_opt
+            return w.reshape(lead + (self.n * self.T,)) @ self.features_from_opt
         B = math.prod(lead)
         mixed = w.reshape(B, self.n, self.T).transpose(1, 0, 2) @ self._keys_from_opt  # (n, B, d)
         d = mixed.shape[-1]
@@ -335,7 +446,8 @@ class TokenSelectionProblem(_LinearLogits):
     def _features_flat(self) -> np.ndarray:
         return np.ascontiguousarray(self.A.reshape(self.n * self.T, self.size).T)
 
-    def _flat(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+    def flatten(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Validate ``theta`` (*batch, *shape): ``(flat (*batch, size), batch)``."""
         theta = np.asarray(theta, dtype=float)
         k = len(self.shape)
         if theta.ndim < k or theta.shape[theta.ndim - k :] != self.shape:
@@ -364,13 +476,13 @@ def prompt_attention(X, y, v, W=None, loss: str | Loss = "logistic") -> TokenSel
     >>> al.prompt_attention(X, [1], v=[0.0, 1.0]).gamma.tolist()
     [[0.0, 1.0]]
     """
-    X = _as_float_array("X", X, ndim=3)
+    X = finite_array("X", X, ndim=3)
     n, T, d = X.shape
-    y = _check_labels(y, n)
-    v = _as_float_array("v", v, ndim=1)
+    y = check_labels(y, n)
+    v = finite_array("v", v, ndim=1)
     if v.shape != (d,):
         raise ValueError(f"v must have shape ({d},) to match the token dimension d={d}, got {v.shape}")
-    W = np.eye(d) if W is None else _as_float_array("W", W, ndim=2)
+    W = np.eye(d) if W is None else finite_array("W", W, ndim=2)
     if W.shape[1] != d:
         raise ValueError(f"W must have shape (d_k, {d}), got {W.shape}")
     keys = X @ W.T
@@ -393,13 +505,13 @@ def self_attention(X, y, u, Z=None, loss: str | Loss = "logistic") -> TokenSelec
     >>> al.self_attention(X, [1, -1, 1, -1], u=[1.0, 0, 0]).shape
     (3, 3)
     """
-    X = _as_float_array("X", X, ndim=3)
+    X = finite_array("X", X, ndim=3)
     n, T, d = X.shape
-    y = _check_labels(y, n)
-    u = _as_float_array("u", u, ndim=1)
+    y = check_labels(y, n)
+    u = finite_array("u", u, ndim=1)
     if u.shape != (d,):
         raise ValueError(f"u must have shape ({d},) to match the token dimension d={d}, got {u.shape}")
-    Z = X[:, 0, :] if Z is None else _as_float_array("Z", Z, ndim=2)
+    Z = X[:, 0, :] if Z is None else finite_array("Z", Z, ndim=2)
     if Z.shape[0] != n:
         raise ValueError(f"Z must have one query per sample, shape ({n}, d_z), got {Z.shape}")
     A = X[:, :, :, None] * Z[:, None, None, :]
@@ -472,10 +584,12 @@ class ProblemStack(_LinearLogits):
         return np.stack([p._features_flat for p in self.problems])  # (S, size, n·T)
 
     @cached_property
-    def _features_from_opt(self) -> np.ndarray:
-        return np.stack([p._features_from_opt for p in self.problems])  # (S, n·T, size)
+    def features_from_opt(self) -> np.ndarray:
+        """``A_it − A_i,opt`` of every problem: (S, n·T, size)."""
+        return np.stack([p.features_from_opt for p in self.problems])  # (S, n·T, size)
 
-    def _flat(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+    def flatten(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Validate ``theta`` (*batch, S, *shape): ``(flat (*batch, S, size), (*batch, S))``."""
         theta = np.asarray(theta, dtype=float)
         k = len(self.shape) + 1
         if theta.ndim < k or theta.shape[theta.ndim - k :] != (self.S,) + self.shape:
@@ -485,18 +599,43 @@ class ProblemStack(_LinearLogits):
         batch = theta.shape[: theta.ndim - k + 1]
         return theta.reshape(batch + (self.size,)), batch
 
-    def _logits_flat(self, flat: np.ndarray) -> np.ndarray:
+    def logits_flat(self, flat: np.ndarray) -> np.ndarray:
+        """Logits of every problem for flat parameters (*batch, S, size): (*batch, S, n, T)."""
         logits = (flat[..., None, :] @ self._features_flat)[..., 0, :]  # batched over problems
         return logits.reshape(flat.shape[:-1] + (self.n, self.T))
 
-    def _adjoint_flat(self, w: np.ndarray) -> np.ndarray:
+    def adjoint_flat(self, w: np.ndarray) -> np.ndarray:
+        """``Σ_it w_it (A_it − A_i,opt)`` problem by problem, weights (*batch, S, n, T): (*batch, S, size)."""
         lead = w.shape[:-2]
-        return (w.reshape(lead + (1, self.n * self.T)) @ self._features_from_opt)[..., 0, :]
+        return (w.reshape(lead + (1, self.n * self.T)) @ self.features_from_opt)[..., 0, :]
 
 
 def stack_problems(problems) -> ProblemStack:
     """Stack problems of equal sizes (e.g. one per seed) to train them as one batch."""
     return ProblemStack(tuple(problems))
+
+
+@runtime_checkable
+class JointProblem(Protocol):
+    """What :func:`attnlib.train_joint_problem` needs from a problem with a trainable head.
+
+    A logit parameter ``p`` (*batch, d_k) (``d_k = keys.shape[-1]``) and a head ``v`` (*batch, d)
+    (``d = X.shape[-1]``) with the same batch axes:
+
+    - :meth:`value` ``L(p, v)``: (*batch,);
+    - :meth:`scaled_grad` ``((m_p, g_p), (m_v, g_v))`` with ``∇_p L = exp(m_p) g_p`` (*batch, d_k)
+      and ``∇_v L = exp(m_v) g_v`` (*batch, d), each ``g`` of order one.
+
+    :class:`JointAttention`, :class:`attnlib.joint.StackedJointAttention` and
+    :class:`attnlib.DecoderAttention` implement it.
+    """
+
+    X: np.ndarray
+    keys: np.ndarray
+
+    def value(self, p, v) -> np.ndarray: ...
+
+    def scaled_grad(self, p, v) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -522,10 +661,14 @@ class JointAttention:
     W: np.ndarray
     loss: Loss
 
+    #: einsum subscript of the data axes in front of ``(n, T, ·)`` of ``X`` and ``keys``: none for
+    #: one data set, ``"..."`` for one data set per batch row (:class:`attnlib.joint.StackedJointAttention`).
+    _data_axes = ""
+
     def __post_init__(self):
-        X = _as_float_array("X", self.X, ndim=3)
-        y = _check_labels(self.y, X.shape[0])
-        W = _as_float_array("W", self.W, ndim=2)
+        X = finite_array("X", self.X, ndim=3)
+        y = check_labels(self.y, X.shape[0])
+        W = finite_array("W", self.W, ndim=2)
         if W.shape[1] != X.shape[2]:
             raise ValueError(f"W must have shape (d_k, {X.shape[2]}), got {W.shape}")
         object.__setattr__(self, "X", X)
@@ -541,11 +684,12 @@ class JointAttention:
     def scores(self, v) -> np.ndarray:
         """``γ_it = y_i vᵀ x_it``: (*batch, n, T)."""
         v = np.asarray(v, float)
-        return self.y[:, None] * np.einsum("...d,itd->...it", v, self.X)
+        return self.y[..., None] * np.einsum(f"...d,{self._data_axes}itd->...it", v, self.X)
 
     def log_attention(self, p) -> np.ndarray:
         """``log σ_it(p)``: (*batch, n, T)."""
-        return log_softmax(np.einsum("...k,itk->...it", np.asarray(p, float), self.keys), axis=-1)
+        logits = np.einsum(f"...k,{self._data_axes}itk->...it", np.asarray(p, float), self.keys)
+        return log_softmax(logits, axis=-1)
 
     def _terms(self, p, v):
         gamma = self.scores(v)
@@ -565,13 +709,14 @@ class JointAttention:
     def scaled_grad(self, p, v):
         """``((log_scale_p, g_p), (log_scale_v, g_v))`` with ``∇ = exp(log_scale)·g``."""
         terms, gamma = self._terms(p, v)
+        data = self._data_axes
         m_p, w = _scaled_weights(terms.log_sigma, gamma, terms.output, self.loss)
-        g_p = np.einsum("...it,itk->...k", w, self.keys - self.keys[:, :1])
+        g_p = np.einsum(f"...it,{data}itk->...k", w, self.keys - self.keys[..., :1, :])
         with np.errstate(divide="ignore"):
             log_neg_dloss = np.log(-self.loss.derivative(terms.output))  # (*batch, n)
         m_v = np.max(log_neg_dloss, axis=-1)
-        coef = -self.y * np.exp(log_neg_dloss - m_v[..., None]) / self.X.shape[0]
-        mean_token = np.einsum("...it,itd->...id", np.exp(terms.log_sigma), self.X)
+        coef = -self.y * np.exp(log_neg_dloss - m_v[..., None]) / self.X.shape[-3]
+        mean_token = np.einsum(f"...it,{data}itd->...id", np.exp(terms.log_sigma), self.X)
         g_v = np.einsum("...i,...id->...d", coef, mean_token)
         return (m_p, g_p), (m_v, g_v)
 

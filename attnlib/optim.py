@@ -22,9 +22,22 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .model import JointAttention, ProblemStack, TokenSelectionProblem
+from .model import AttentionProblem, JointAttention, JointProblem, ProblemStack, Terms
 
-__all__ = ["Stop", "Trajectory", "JointTrajectory", "train", "train_joint", "train_joint_problem", "METHODS"]
+__all__ = [
+    "Stop",
+    "Trajectory",
+    "JointTrajectory",
+    "StepRule",
+    "GradientDescent",
+    "NormalizedGradientDescent",
+    "PolyakStep",
+    "step_rule",
+    "train",
+    "train_joint",
+    "train_joint_problem",
+    "METHODS",
+]
 
 METHODS = ("gd", "ngd", "polyak")
 
@@ -99,13 +112,145 @@ class Trajectory:
         )
 
 
-def _check_method(method: str) -> str:
+# ---------------------------------------------------------------------- step-size and stop rules
+
+
+def _joint_move(g, log_scale, g_norm, method, lr):
+    """The move ``η g/‖g‖`` (NGD) or ``η∇`` (GD) for a gradient given as ``exp(log_scale)·g``."""
+    safe = np.where(g_norm > 0, g_norm, 1.0)
+    length = lr * (np.ones_like(g_norm) if method == "ngd" else np.exp(log_scale) * g_norm)
+    return np.where(g_norm > 0, length, 0.0)[:, None] * g / safe[:, None]
+
+
+class StepRule:
+    """How a method sizes its step, and when it stops a trajectory for good.
+
+    :func:`train` moves each active trajectory by :meth:`lengths` along ``−∇L/‖∇L‖`` and stops
+    the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
+    moves of ``(p, v)``. Both trainers also stop a trajectory on a non-finite value or an exactly
+    zero gradient, whatever the rule. One rule per method: :class:`GradientDescent`,
+    :class:`NormalizedGradientDescent`, :class:`PolyakStep`; :func:`step_rule` maps a method name
+    to its rule.
+    """
+
+    #: the method's name (``Trajectory.method``).
+    name = ""
+    #: whether :meth:`joint_moves` needs the loss at every step (not only at recorded ones).
+    needs_loss = False
+
+    def lengths(self, prob: AttentionProblem, terms: Terms, lrs: np.ndarray, log_grad_norm: np.ndarray) -> np.ndarray:
+        """Step lengths (B,) for step sizes ``lrs`` (B,) and ``log ‖∇L‖`` (B,) at the :class:`Terms`."""
+        raise NotImplementedError
+
+    def stops(self, prob: AttentionProblem, terms: Terms, flat, lengths, active) -> dict[int, str]:
+        """Trajectories to stop before this step, ``{member: reason}`` (none by default).
+
+        Args: ``flat`` (B, size) parameters, ``lengths`` (B,) from :meth:`lengths`, ``active`` (B,).
+        """
+        return {}
+
+    def joint_moves(self, lr: float, loss, grad_p, grad_v, active):
+        """Moves of a joint step and the trajectories to stop.
+
+        Args: ``lr``; ``loss`` (B,) (``None`` unless :attr:`needs_loss`); ``grad_p`` and ``grad_v``
+        each ``(m (B,), g (B, dim), ‖g‖ (B,))`` with ``∇ = exp(m) g``; ``active`` (B,).
+        Returns ``(move_p (B, d_k), move_v (B, d), stops)`` with ``stops`` a list of
+        ``(mask (B,), reason)`` applied in order (a later mask only matters on members still active).
+        """
+        (m_p, g_p, n_p), (m_v, g_v, n_v) = grad_p, grad_v
+        return _joint_move(g_p, m_p, n_p, self.name, lr), _joint_move(g_v, m_v, n_v, self.name, lr), []
+
+
+class GradientDescent(StepRule):
+    """GD: ``θ ← θ − η∇L``, a step of length ``η‖∇L‖``; ``(p, v) ← (p, v) − η∇`` jointly."""
+
+    name = "gd"
+
+    def lengths(self, prob, terms, lrs, log_grad_norm):
+        return lrs * np.exp(log_grad_norm)
+
+
+class NormalizedGradientDescent(StepRule):
+    """NGD: ``θ ← θ − η ∇L/‖∇L‖``, a step of length ``η``.
+
+    Jointly, each block is normalised by its own norm (two moves of length η per step), as the
+    official code of [MMTS] does.
+    """
+
+    name = "ngd"
+
+    def lengths(self, prob, terms, lrs, log_grad_norm):
+        return lrs
+
+
+@dataclass(frozen=True)
+class PolyakStep(StepRule):
+    """The Polyak step ``θ ← θ − η (L − L*)/‖∇L‖² ∇L``, a step of length ``η (L − L*)/‖∇L‖``.
+
+    Stop rule (:meth:`stops`): a trajectory whose step is longer than ``max_step · (1 + ‖θ‖)``
+    *while* the attention of some sample is saturated (mass > 1/2) on a non-optimal token: then
+    ``L − L*`` stays away from 0 while ``∇L → 0``, the floor ``L*`` is out of reach and the step
+    would explode. A long step elsewhere (e.g. the first one, from θ = 0) is the Polyak step
+    doing its job.
+
+    Jointly (:meth:`joint_moves`), the floor is 0 (the infimum once the head is trained):
+    ``(p, v) ← (p, v) − η L/‖∇L‖² ∇L`` with ``‖∇L‖² = ‖∇_p L‖² + ‖∇_v L‖²``; a trajectory stops
+    when ``L`` underflows to 0 or the step is not finite.
+    """
+
+    max_step: float = 10.0
+    name = "polyak"
+    needs_loss = True
+
+    def lengths(self, prob, terms, lrs, log_grad_norm):
+        return lrs * np.exp(prob.log_gap_from(terms) - log_grad_norm)
+
+    def stops(self, prob, terms, flat, lengths, active):
+        too_long = active & (lengths > self.max_step * (1.0 + np.linalg.norm(flat, axis=-1)))
+        if not np.any(too_long):
+            return {}
+        sel = np.argmax(terms.log_sigma, axis=-1)
+        saturated_off = (sel != np.broadcast_to(prob.opt, sel.shape)) & (terms.log_sigma.max(axis=-1) > -np.log(2))
+        return {
+            int(b): (
+                f"polyak step exploded: samples {np.flatnonzero(saturated_off[b]).tolist()} are saturated on a "
+                "non-optimal token, so L − L* does not vanish and L* is out of reach"
+            )
+            for b in np.flatnonzero(too_long & saturated_off.any(axis=-1))
+        }
+
+    def joint_moves(self, lr, loss, grad_p, grad_v, active):
+        (m_p, g_p, n_p), (m_v, g_v, n_v) = grad_p, grad_v
+        under = active & (loss <= 0)
+        active = active & ~under
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            # ∇ = (e^{m_p} g_p, e^{m_v} g_v); step η L/‖∇‖² ∇, computed relative to the larger scale.
+            top = np.maximum(m_p, m_v)
+            a_p, a_v = np.exp(m_p - top) * n_p, np.exp(m_v - top) * n_v
+            coef = lr * loss * np.exp(-top) / (a_p**2 + a_v**2)
+            move_p = (coef * np.exp(m_p - top))[:, None] * g_p
+            move_v = (coef * np.exp(m_v - top))[:, None] * g_v
+        ok = active & np.all(np.isfinite(move_p), -1) & np.all(np.isfinite(move_v), -1)
+        return move_p, move_v, [(under, "loss underflowed to 0"), (active & ~ok, "non-finite Polyak step")]
+
+
+def step_rule(method, polyak_max_step: float = 10.0) -> StepRule:
+    """The :class:`StepRule` of a method name ("gd", "ngd", "polyak"), or ``method`` if it is one.
+
+    >>> step_rule("polyak", polyak_max_step=5.0)
+    PolyakStep(max_step=5.0)
+    """
+    if isinstance(method, StepRule):
+        return method
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    return method
+    if method == "polyak":
+        return PolyakStep(polyak_max_step)
+    return GradientDescent() if method == "gd" else NormalizedGradientDescent()
 
 
-def _check_schedule(steps, lr, record_every):
+def check_schedule(steps, lr, record_every) -> None:
+    """Raise a ValueError unless ``steps`` ≥ 0 and ``record_every`` ≥ 1 are integers and ``lr`` > 0 is finite."""
     if not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
     if not np.isscalar(lr) or not np.isfinite(lr) or lr <= 0:
@@ -155,7 +300,7 @@ def _progress(total: int, show: bool | None, work: float, desc: str):
 
 
 def train(
-    prob: TokenSelectionProblem,
+    prob: AttentionProblem,
     theta0,
     steps: int,
     method: str = "ngd",
@@ -168,17 +313,18 @@ def train(
     """Run ``steps`` iterations of GD, NGD or Polyak from every initialisation in ``theta0``.
 
     Args:
-        prob: the problem, or a :class:`ProblemStack` of S problems (one trajectory each).
+        prob: the problem (any :class:`attnlib.AttentionProblem`), or a :class:`ProblemStack` of
+            S problems (one trajectory each).
         theta0: (*shape) for one trajectory or (B, *shape) for a batch; for a stack (S, *shape),
             or (*shape) to start every problem there.
         steps: number of iterations.
-        method: "gd", "ngd" or "polyak" (``lr`` multiplies the Polyak step; 1 is the classical one).
+        method: "gd", "ngd" or "polyak" (``lr`` multiplies the Polyak step; 1 is the classical one),
+            or a :class:`StepRule`.
         lr: step size η, or (B,) one per trajectory (a grid of step sizes is one batch too).
         record_every: record every this many steps (and the last step).
-        polyak_max_step: stop a Polyak trajectory when its step is longer than
-            ``polyak_max_step · (1 + ‖θ‖)`` *while* the attention of some sample is saturated
-            (mass > 1/2) on a non-optimal token: ``L − L*`` then stays away from 0 while ``∇L → 0``,
-            the floor ``L*`` is out of reach and the step would explode.
+        polyak_max_step: the ``max_step`` of the Polyak rule's stop (:class:`PolyakStep`): stop a
+            Polyak trajectory when its step is longer than ``polyak_max_step · (1 + ‖θ‖)`` *while*
+            the attention of some sample is saturated (mass > 1/2) on a non-optimal token.
         progress: show a progress bar (``None``: only for long runs; pass False in a book page).
         record_steps: explicit increasing steps to record (e.g. log-spaced), instead of
             ``record_every``.
@@ -190,8 +336,8 @@ def train(
     >>> traj.theta.shape, bool(np.allclose(traj.norm[-1], 10.0, atol=0.5))
     ((101, 4, 3), True)
     """
-    _check_method(method)
-    _check_schedule(steps, 1.0, record_every)
+    rule = step_rule(method, polyak_max_step)
+    check_schedule(steps, 1.0, record_every)
     theta = np.array(theta0, dtype=float)
     stacked = isinstance(prob, ProblemStack)
     if theta.shape == prob.shape:  # one initialisation (shared by every problem of a stack)
@@ -216,20 +362,20 @@ def train(
     stop_step = np.full(B, -1)
     stop_reason = np.full(B, "", dtype=object)
     active = np.ones(B, bool)
-    bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{method} B={B}")
+    bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
     r = 0
     for k in range(record[-1] + 1):
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below and stops the run
-            terms = prob._terms_from_flat(flat)
-            log_scale, g = prob._scaled_grad_from(terms)
+            terms = prob.terms_from_flat(flat)
+            log_scale, g = prob.scaled_grad_from(terms)
         g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one: no over/underflow
         with np.errstate(divide="ignore"):
             log_gn = log_scale + np.log(g_norm)
         if k == record[r]:
             out_theta[r] = flat
             out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
-            out_log_gap[r] = prob._log_gap_from(terms)
+            out_log_gap[r] = prob.log_gap_from(terms)
             out_log_gn[r] = log_gn
             out_seconds[r] = time.perf_counter() - start
             r += 1
@@ -241,28 +387,9 @@ def train(
             stop_step[mask], stop_reason[mask] = k, why
             active &= ~mask
         unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-        if method == "gd":
-            length = lrs * np.exp(log_gn)
-        elif method == "ngd":
-            length = lrs
-        else:
-            length = lrs * np.exp(prob._log_gap_from(terms) - log_gn)
-            too_long = active & (length > polyak_max_step * (1.0 + np.linalg.norm(flat, axis=-1)))
-            if np.any(too_long):
-                # Only a run saturated on a non-optimal token has an unreachable floor; a long
-                # step elsewhere (e.g. the first one, from θ = 0) is the Polyak step doing its job.
-                sel = np.argmax(terms.log_sigma, axis=-1)
-                saturated_off = (sel != np.broadcast_to(prob.opt, sel.shape)) & (
-                    terms.log_sigma.max(axis=-1) > -np.log(2)
-                )
-                for b in np.flatnonzero(too_long & saturated_off.any(axis=-1)):
-                    off = np.flatnonzero(saturated_off[b]).tolist()
-                    stop_reason[b] = (
-                        f"polyak step exploded: samples {off} are saturated on a non-optimal token, so L − L* "
-                        "does not vanish and L* is out of reach"
-                    )
-                    stop_step[b] = k
-                    active[b] = False
+        length = rule.lengths(prob, terms, lrs, log_gn)
+        for b, why in rule.stops(prob, terms, flat, length, active).items():
+            stop_step[b], stop_reason[b], active[b] = k, why, False
         flat[active] -= length[active, None] * unit[active]
         if bar is not None:
             bar.update(1)
@@ -276,7 +403,7 @@ def train(
         log_gap=out_log_gap,
         log_grad_norm=out_log_gn,
         stopped=stopped,
-        method=method,
+        method=rule.name,
         lr=float(lrs[0]) if np.ndim(lr) == 0 else lrs,
         seconds=out_seconds,
     )
@@ -312,13 +439,6 @@ def _batch(name: str, value, dim: int) -> np.ndarray:
     return arr
 
 
-def _joint_move(g, log_scale, g_norm, method, lr):
-    """The move ``η g/‖g‖`` (NGD) or ``η∇`` (GD) for a gradient given as ``exp(log_scale)·g``."""
-    safe = np.where(g_norm > 0, g_norm, 1.0)
-    length = lr * (np.ones_like(g_norm) if method == "ngd" else np.exp(log_scale) * g_norm)
-    return np.where(g_norm > 0, length, 0.0)[:, None] * g / safe[:, None]
-
-
 def train_joint(
     X,
     y,
@@ -350,7 +470,7 @@ def train_joint(
     """
     if method not in ("gd", "ngd"):
         raise ValueError(f"method must be 'gd' or 'ngd' for joint training, got {method!r}")
-    _check_schedule(steps, lr, record_every)
+    check_schedule(steps, lr, record_every)
     X = np.asarray(X, float)
     if X.ndim != 3:
         raise ValueError(f"X must be a 3-D array (n, T, d), got shape {X.shape}")
@@ -363,7 +483,7 @@ def train_joint(
 
 
 def train_joint_problem(
-    joint: JointAttention,
+    joint: JointProblem,
     p0,
     v0,
     steps: int,
@@ -384,13 +504,14 @@ def train_joint_problem(
     with its reason recorded, when ``L`` underflows to 0.
 
     Args:
-        joint: the problem.  p0: (d_k,) or (B, d_k).  v0: (d,) or (B, d).
+        joint: the problem (any :class:`attnlib.JointProblem`).  p0: (d_k,) or (B, d_k).
+            v0: (d,) or (B, d).
+        method: "gd", "ngd", "polyak" or a :class:`StepRule` (its :meth:`StepRule.joint_moves`).
         steps, lr, record_every, progress: as in :func:`train`; ``record_steps`` explicit
             increasing steps to record (e.g. log-spaced), instead of ``record_every``.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    _check_schedule(steps, lr, record_every)
+    rule = step_rule(method)
+    check_schedule(steps, lr, record_every)
     p = _batch("p0", p0, joint.keys.shape[-1])
     v = _batch("v0", v0, joint.X.shape[-1])
     if p.shape[0] != v.shape[0]:
@@ -402,10 +523,10 @@ def train_joint_problem(
     stop_step = np.full(B, -1)
     stop_reason = np.full(B, "", dtype=object)
     active = np.ones(B, bool)
-    bar = _progress(steps, progress, float(steps) * B * joint.keys.size * 8, f"joint {method} B={B}")
+    bar = _progress(steps, progress, float(steps) * B * joint.keys.size * 8, f"joint {rule.name} B={B}")
     r = 0
     for k in range(record[-1] + 1):
-        loss = joint.value(p, v) if (method == "polyak" or k == record[r]) else None
+        loss = joint.value(p, v) if (rule.needs_loss or k == record[r]) else None
         if k == record[r]:
             out_p[r], out_v[r], out_loss[r] = p, v, loss
             r += 1
@@ -418,22 +539,11 @@ def train_joint_problem(
         bad = active & ~finite
         stop_step[bad], stop_reason[bad] = k, "non-finite value"
         active &= ~bad
-        if method == "polyak":
-            under = active & (loss <= 0)
-            stop_step[under], stop_reason[under] = k, "loss underflowed to 0"
-            active &= ~under
-            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-                # ∇ = (e^{m_p} g_p, e^{m_v} g_v); step η L/‖∇‖² ∇, computed relative to the larger scale.
-                top = np.maximum(m_p, m_v)
-                a_p, a_v = np.exp(m_p - top) * n_p, np.exp(m_v - top) * n_v
-                coef = lr * loss * np.exp(-top) / (a_p**2 + a_v**2)
-                move_p = (coef * np.exp(m_p - top))[:, None] * g_p
-                move_v = (coef * np.exp(m_v - top))[:, None] * g_v
-            ok = active & np.all(np.isfinite(move_p), -1) & np.all(np.isfinite(move_v), -1)
-            stop_step[active & ~ok], stop_reason[active & ~ok] = k, "non-finite Polyak step"
-            active &= ok
-        else:
-            move_p, move_v = _joint_move(g_p, m_p, n_p, method, lr), _joint_move(g_v, m_v, n_v, method, lr)
+        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), active)
+        for mask, why in stops:
+            mask = active & mask
+            stop_step[mask], stop_reason[mask] = k, why
+            active &= ~mask
         p[active] -= move_p[active]
         v[active] -= move_v[active]
         if bar is not None:
@@ -441,4 +551,4 @@ def train_joint_problem(
     if bar is not None:
         bar.close()
     stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
-    return JointTrajectory(out_p, out_v, record, out_loss, stopped, method, float(lr), joint)
+    return JointTrajectory(out_p, out_v, record, out_loss, stopped, rule.name, float(lr), joint)

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.special import log_softmax, logsumexp
 
 from .losses import Loss, get_loss
-from .model import TokenSelectionProblem
+from .model import Terms, TokenSelectionProblem, log_softmax, logsumexp
 
 __all__ = [
     "RegularizationPath",
@@ -136,7 +135,8 @@ def log_gap_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
     no quantity below the float range is ever formed.
 
     Args:
-        prob: a :class:`TokenSelectionProblem` or a :class:`NonlinearHeadAttention`.
+        prob: any :class:`attnlib.AttentionProblem` (a :class:`TokenSelectionProblem`, a
+            :class:`NonlinearHeadAttention`, ...).
         theta: (*batch, *shape).
 
     Returns ``(f (*batch,), grad (*batch, *shape))``: finite and of order one even where
@@ -148,29 +148,20 @@ def log_gap_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
     >>> bool(np.exp(f) == 0.0), bool(np.all(np.isfinite(g))), bool(np.linalg.norm(g) > 0.1)
     (True, True, True)
     """
-    if isinstance(prob, NonlinearHeadAttention):
-        state = prob._state(theta)
-        f = prob._log_gap_from(state)
-        m, g = prob._scaled_grad_from(state)
-    else:
-        _, batch = prob._flat(theta)
-        terms = prob._terms(theta)
-        f = prob._log_gap_from(terms)
-        m, g = prob._scaled_grad_from(terms, batch)
+    flat, batch = prob.flatten(theta)
+    terms = prob.terms_from_flat(flat)
+    f = prob.log_gap_from(terms)
+    m, g = prob.scaled_grad_from(terms, batch)
     scale = np.exp(m - f).reshape(np.shape(f) + (1,) * len(prob.shape))
     return f, scale * g
 
 
 def _loss_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(prob, NonlinearHeadAttention):
-        state = prob._state(theta)
-        f = np.mean(prob.loss.value(state[2]), axis=-1)
-        m, g = prob._scaled_grad_from(state)
-    else:
-        _, batch = prob._flat(theta)
-        terms = prob._terms(theta)
-        f = np.mean(prob.loss.value(terms.output), axis=-1)
-        m, g = prob._scaled_grad_from(terms, batch)
+    """``L(θ)`` and ``∇L(θ)`` of an :class:`attnlib.AttentionProblem` at ``theta`` (*batch, *shape)."""
+    flat, batch = prob.flatten(theta)
+    terms = prob.terms_from_flat(flat)
+    f = np.mean(prob.loss.value(terms.output), axis=-1)
+    m, g = prob.scaled_grad_from(terms, batch)
     return f, np.exp(m).reshape(np.shape(f) + (1,) * len(prob.shape)) * g
 
 
@@ -211,6 +202,8 @@ class NonlinearHeadAttention:
 
     Attributes: ``X`` (n, T, d) tokens (the head's inputs), ``keys`` (n, T, k) logit features
     (``K_i = X_i Wᵀ``), ``y`` (n,), ``V`` (h, d), ``u`` (h,), ``loss``. Parameter ``p``: (*batch, k).
+    It implements the :class:`attnlib.AttentionProblem` protocol, so :func:`attnlib.train` and
+    :func:`log_gap_grad` take it like a :class:`TokenSelectionProblem`.
     """
 
     X: np.ndarray
@@ -274,14 +267,24 @@ class NonlinearHeadAttention:
     def loss_floor(self) -> float:
         return float(np.mean(self.loss.value(self.gamma[np.arange(self.n), self.opt])))
 
-    def _check(self, p) -> tuple[np.ndarray, tuple[int, ...]]:
+    @property
+    def size(self) -> int:
+        return self.shape[0]
+
+    def flatten(self, p) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Validate ``p`` (*batch, k): ``(p, batch)`` (the parameter is already a vector)."""
         p = np.asarray(p, float)
         if p.ndim < 1 or p.shape[-1] != self.shape[0]:
             raise ValueError(f"p must have shape (*batch, {self.shape[0]}), got {p.shape}")
         return p, p.shape[:-1]
 
-    def _state(self, p):
-        p, batch = self._check(p)
+    def terms(self, p) -> Terms:
+        """The per-sample :class:`attnlib.Terms` at ``p`` (*batch, k)."""
+        return self.terms_from_flat(self.flatten(p)[0])
+
+    def terms_from_flat(self, p) -> Terms:
+        """``log σ`` (*batch, n, T), ``log δ_i`` and the outputs ``u_i`` (*batch, n) at ``p`` (*batch, k)."""
+        p, batch = self.flatten(p)
         log_sigma = log_softmax(np.einsum("...k,itk->...it", p, self.keys), axis=-1)
         idx = np.arange(self.n)
         x_opt = self.X[idx, self.opt]  # (n, d)
@@ -304,20 +307,20 @@ class NonlinearHeadAttention:
             direct = self.y * (self.head(x_opt) - self.head(x_bar))
             log_delta = np.where(linear, log_lin, np.log(direct))
         out = self.gamma[idx, self.opt] - np.exp(log_delta)
-        return log_sigma, log_delta, out, batch
+        return Terms(log_sigma, log_delta, out)
 
     def value(self, p) -> np.ndarray:
         """``L(p)``: (*batch,)."""
-        return np.mean(self.loss.value(self._state(p)[2]), axis=-1)
+        return np.mean(self.loss.value(self.terms(p).output), axis=-1)
 
     def log_gap(self, p) -> np.ndarray:
         """``log(L − L*)``, accurate where the gap underflows: (*batch,)."""
-        return self._log_gap_from(self._state(p))
+        return self.log_gap_from(self.terms(p))
 
-    def _log_gap_from(self, state) -> np.ndarray:
-        _, log_delta, _, _ = state
+    def log_gap_from(self, terms: Terms) -> np.ndarray:
+        """``log(L − L*)`` (*batch,) from the :class:`attnlib.Terms` of a batch."""
         g_opt = self.gamma[np.arange(self.n), self.opt]
-        return logsumexp(self.loss.log_excess(g_opt, log_delta), axis=-1) - np.log(self.n)
+        return logsumexp(self.loss.log_excess(g_opt, terms.log_delta), axis=-1) - np.log(self.n)
 
     def scaled_grad(self, p) -> tuple[np.ndarray, np.ndarray]:
         """``∇L = exp(m) g``: ``(m (*batch,), g (*batch, k))``.
@@ -325,10 +328,13 @@ class NonlinearHeadAttention:
         ``∇L = (1/n) Σ_i ℓ'(u_i) y_i Σ_t σ_it ⟨∇h(x̄_i), x_it − x̄_i⟩ k_it``, with
         ``x_it − x̄_i`` measured from the most-attended token (no cancellation at saturation).
         """
-        return self._scaled_grad_from(self._state(p))
+        return self.scaled_grad_from(self.terms(p))
 
-    def _scaled_grad_from(self, state) -> tuple[np.ndarray, np.ndarray]:
-        log_sigma, _, out, batch = state
+    def scaled_grad_from(self, terms: Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(m (*batch,), g (*batch, k))`` with ``∇L = exp(m) g`` from the :class:`attnlib.Terms`
+        of a batch (``batch``, accepted for the protocol, is read from the terms)."""
+        log_sigma, out = terms.log_sigma, terms.output
+        batch = log_sigma.shape[:-2]
         ref = np.argmax(log_sigma, axis=-1)  # (*batch, n)
         x_ref = np.take_along_axis(np.broadcast_to(self.X, batch + self.X.shape), ref[..., None, None], axis=-2)
         dx = self.X - x_ref  # (*batch, n, T, d)
@@ -904,8 +910,8 @@ def selection_log_gap(prob: TokenSelectionProblem, select, theta, with_grad: boo
     lg = lg - np.log(n)
     if not with_grad:
         return lg, sign
-    flat, batch = prob._flat(theta)
-    m, g = prob._scaled_grad_from(prob._terms_from_flat(flat))
+    flat, batch = prob.flatten(theta)
+    m, g = prob.scaled_grad_from(prob.terms_from_flat(flat))
     pos = sign != 0
     scale = np.where(pos, np.exp(np.where(pos, m - lg, 0.0)), 0.0)
     grad = (scale[..., None] * g).reshape(tuple(batch) + prob.shape)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .losses import Loss
 from .metrics import direction_error, log_one_minus_mass, normalized_margin, one_minus_cosine
-from .model import TokenSelectionProblem, stack_problems, token_selection
+from .model import TokenSelectionProblem, check_labels, stack_problems, token_selection
 from .optim import Trajectory, train
 from .svm import MaxMarginSolution
 
@@ -89,10 +89,9 @@ def logistic_regression(X, y) -> TokenSelectionProblem:
     """
     X = np.asarray(X, float)
     y = np.asarray(y, float)
-    if X.ndim != 2 or y.shape != (X.shape[0],):
-        raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
-    if not np.all(np.isin(y, (-1.0, 1.0))):
-        raise ValueError(f"y must contain only labels -1 and +1, got values {np.unique(y)}")
+    if X.ndim != 2:
+        raise ValueError(f"X must be (n, d), got {X.shape}")
+    y = check_labels(y, X.shape[0])
     A = np.stack([y[:, None] * X, np.zeros_like(X)], axis=1)  # (n, 2, d)
     gamma = np.tile([1.0, 0.0], (X.shape[0], 1))
     return token_selection(A, gamma, CROSS_ENTROPY)
@@ -151,7 +150,7 @@ class Reduced:
         c = np.asarray(c, float)
         src = self.source
         weights = (c[..., : self.rank] @ self.coef.T).reshape(c.shape[:-1] + (src.n, src.T))
-        return src._adjoint_flat(weights).reshape(c.shape[:-1] + tuple(src.shape))
+        return src.adjoint_flat(weights).reshape(c.shape[:-1] + tuple(src.shape))
 
 
 def reduce_to_span(prob: TokenSelectionProblem, size: int | None = None, rtol: float = 1e-6) -> Reduced:
@@ -180,7 +179,7 @@ def reduce_to_span(prob: TokenSelectionProblem, size: int | None = None, rtol: f
     """
     n, T = prob.n, prob.T
     rows = np.arange(n)
-    logits = prob._logits_flat(prob._features_from_opt)  # (n·T, n, T): ⟨A_k − A_k,opt, A_js⟩
+    logits = prob.logits_flat(prob.features_from_opt)  # (n·T, n, T): ⟨A_k − A_k,opt, A_js⟩
     gram = (logits - logits[:, rows, prob.opt][..., None]).reshape(n * T, n * T)
     gram = 0.5 * (gram + gram.T)
     lam, U = np.linalg.eigh(gram)

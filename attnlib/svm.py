@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import TokenSelectionProblem, _as_float_array, _check_labels
+from .model import TokenSelectionProblem, check_labels, finite_array
 
 __all__ = [
     "InfeasibleError",
@@ -277,8 +277,8 @@ def label_svm(X_selected, y) -> LabelSVM:
     >>> [round(float(c), 6) for c in sv.v], sv.support.tolist()
     ([0.0, 1.0], [True, True, True])
     """
-    X = _as_float_array("X_selected", X_selected, ndim=2)
-    y = _check_labels(y, X.shape[0])
+    X = finite_array("X_selected", X_selected, ndim=2)
+    y = check_labels(y, X.shape[0])
     G = y[:, None] * X
     v, status, _ = _solve_min_norm(G, np.ones(len(y)), (X.shape[1],), "fro")
     if v is None:
