@@ -22,12 +22,12 @@ infeasible instances counted apart, never as a rank.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from .model import ProblemStack, TokenSelectionProblem, self_attention
-from .optim import METHODS, Stop
+from .optim import BatchRecord, Stop, check_schedule, record_schedule, step_rule
 from .paths import factor_grad
 
 __all__ = [
@@ -48,26 +48,19 @@ NORMALIZATIONS = ("joint", "separate")
 
 
 @dataclass(frozen=True, eq=False)
-class FactorTrajectory:
-    """Recorded states of B trajectories of ``(K, Q)``.
+class FactorTrajectory(BatchRecord):
+    """Recorded states of B trajectories of ``(K, Q)`` (a :class:`attnlib.optim.BatchRecord`).
 
     Attributes:
         K: (R, B, d, m) and Q: (R, B, d_z, m) at the recorded steps.
-        steps: (R,) recorded step numbers.  loss, log_gap, log_grad_norm: (R, B) ``L``, ``log(L − L*)``
-            and ``log ‖(∇_K L, ∇_Q L)‖`` at ``W = K Qᵀ``.
-        stopped: B entries, ``None`` or :class:`~attnlib.Stop`.  method, lr, normalize: the optimizer.
-        seconds: (R,) wall-clock since the start.
+        normalize: how NGD normalised the factors.  seconds: (R,) wall-clock since the start.
+        steps, loss, log_gap, log_grad_norm, stopped, method, lr: as in
+        :class:`attnlib.optim.BatchRecord`, with ``log_grad_norm`` ``log ‖(∇_K L, ∇_Q L)‖`` and the
+        loss at ``W = K Qᵀ``.
     """
 
     K: np.ndarray
     Q: np.ndarray
-    steps: np.ndarray
-    loss: np.ndarray
-    log_gap: np.ndarray
-    log_grad_norm: np.ndarray
-    stopped: tuple
-    method: str
-    lr: float
     normalize: str
     seconds: np.ndarray
 
@@ -85,19 +78,6 @@ class FactorTrajectory:
     def norm(self) -> np.ndarray:
         """``‖K Qᵀ‖_F``: (R, B)."""
         return np.linalg.norm(self.W, axis=(-2, -1))
-
-    def select(self, members) -> FactorTrajectory:
-        """The trajectories ``members`` (index, slice or list) as a FactorTrajectory of their own."""
-        index = np.atleast_1d(np.arange(self.K.shape[1])[members])
-        return replace(
-            self,
-            K=self.K[:, index],
-            Q=self.Q[:, index],
-            loss=self.loss[:, index],
-            log_gap=self.log_gap[:, index],
-            log_grad_norm=self.log_grad_norm[:, index],
-            stopped=tuple(self.stopped[b] for b in index),
-        )
 
 
 def kq_init(B: int, d: int, d_z: int, m: int | None = None, seed=0) -> tuple[np.ndarray, np.ndarray]:
@@ -174,25 +154,13 @@ def train_kq(
     >>> traj.W.shape, int(np.linalg.matrix_rank(traj.final[0]))
     ((21, 2, 6, 6), 3)
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    rule = step_rule(method)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {list(NORMALIZATIONS)}, got {normalize!r}")
-    if not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    if not np.isscalar(lr) or not np.isfinite(lr) or lr <= 0:
-        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    check_schedule(steps, lr, 1)
     K, Q = _factor_batch(prob, K0, Q0)
     B = K.shape[0]
-    if record_steps is None:
-        if not isinstance(record_every, (int, np.integer)) or record_every < 1:
-            raise ValueError(f"record_every must be a positive integer, got {record_every!r}")
-        record = np.arange(0, steps + 1, record_every)
-        record = record if record[-1] == steps else np.append(record, steps)
-    else:
-        record = np.asarray(record_steps)
-        if record.ndim != 1 or record.size == 0 or np.any(np.diff(record) <= 0) or record[0] < 0 or record[-1] > steps:
-            raise ValueError(f"record_steps must be increasing integer steps within [0, {steps}], got {record_steps!r}")
+    record = record_schedule(steps, record_every, record_steps)
     R = len(record)
     out_K, out_Q = np.empty((R,) + K.shape), np.empty((R,) + Q.shape)
     out_loss, out_gap, out_gn, out_sec = np.empty((R, B)), np.empty((R, B)), np.empty((R, B)), np.empty(R)
@@ -208,7 +176,7 @@ def train_kq(
         g_norm = np.sqrt(nK**2 + nQ**2)
         with np.errstate(divide="ignore", invalid="ignore"):
             log_gn = log_scale + np.log(g_norm)
-        need_gap = k == record[r] or method == "polyak"
+        need_gap = k == record[r] or rule.needs_loss
         log_gap = prob.log_gap(W) if need_gap else None
         if k == record[r]:
             out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
@@ -228,12 +196,7 @@ def train_kq(
             mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
             mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
         else:
-            if method == "ngd":
-                length = np.full(B, float(lr))
-            elif method == "gd":
-                length = lr * np.exp(log_gn)
-            else:
-                length = lr * np.exp(log_gap - log_gn)
+            length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
             unit = 1.0 / safe(g_norm)
             mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
         K[active] -= mK[active]

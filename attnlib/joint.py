@@ -432,24 +432,16 @@ class StackedJointAttention(JointAttention):
         object.__setattr__(self, "loss", get_loss(self.loss))
 
 
-def train_joint_stack(
-    datasets,
-    p0,
-    v0,
-    steps: int,
-    W=None,
-    loss: str = "logistic",
-    method: str = "ngd",
-    lr: float = 0.1,
-    record_every: int = 1,
-) -> list:
+def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logistic", **options) -> list:
     """:func:`attnlib.train_joint` on several data sets at once: one batched run, one trajectory each.
 
     Args:
         datasets: sequence of ``(X, y)`` with the same ``X.shape`` (n, T, d).
         p0: (d_k,), (B, d_k) (the same starts for every data set) or (S, B, d_k) (one batch per data
             set); ``v0`` likewise with ``d``.
-        steps, W, loss, method, lr, record_every: as in :func:`attnlib.train_joint`.
+        steps, W, loss: as in :func:`attnlib.train_joint`.
+        options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
+            :func:`attnlib.train_joint_problem`, which takes the one batched step.
 
     Returns a list of :class:`attnlib.optim.JointTrajectory`, one per data set, each with ``p``
     (R, B, d_k), ``v`` (R, B, d) and its own :class:`JointAttention` as ``problem``: the same as
@@ -484,9 +476,7 @@ def train_joint_stack(
         raise ValueError(f"p0 and v0 must hold the same number of starts, got {P.shape[:2]} and {V.shape[:2]}")
     B = P.shape[1]
     rows = StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
-    traj = train_joint_problem(
-        rows, P.reshape(S * B, -1), V.reshape(S * B, -1), steps, method=method, lr=lr, record_every=record_every
-    )
+    traj = train_joint_problem(rows, P.reshape(S * B, -1), V.reshape(S * B, -1), steps, **options)
     out = []
     for s in range(S):
         cut = slice(s * B, (s + 1) * B)

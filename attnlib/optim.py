@@ -18,7 +18,7 @@ heading to a local selection); the others go on.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .model import AttentionProblem, JointAttention, JointProblem, ProblemStack,
 
 __all__ = [
     "Stop",
+    "BatchRecord",
     "Trajectory",
     "JointTrajectory",
     "StepRule",
@@ -50,22 +51,22 @@ class Stop:
     reason: str
 
 
-@dataclass(frozen=True, eq=False)
-class Trajectory:
-    """Recorded states of B trajectories.
+@dataclass(frozen=True, eq=False, kw_only=True)
+class BatchRecord:
+    """What a trainer records of B trajectories at R steps, whatever the parameters are.
 
-    Attributes:
-        theta: (R, B, *shape) parameters at the recorded steps.
+    Attributes (keyword-only):
         steps: (R,) recorded step numbers (0 first, the last step always).
-        loss: (R, B) ``L(θ)``.
+        loss: (R, B) ``L``.
         log_gap: (R, B) ``log(L − L*)`` (accurate where the gap underflows).
         log_grad_norm: (R, B) ``log ‖∇L‖``.
-        stopped: B entries, ``None`` or :class:`Stop` (a stopped trajectory keeps its last θ).
+        stopped: B entries, ``None`` or :class:`Stop` (a stopped trajectory keeps its last state).
         method, lr: the optimizer (``lr`` a number, or (B,) one step size per trajectory).
-        seconds: (R,) wall-clock time since the start at each recorded step (shared by the batch).
+
+    Subclasses add the parameters, each an array (R, B, ...): :class:`Trajectory` (θ) and
+    :class:`attnlib.FactorTrajectory` (K, Q).
     """
 
-    theta: np.ndarray
     steps: np.ndarray
     loss: np.ndarray
     log_gap: np.ndarray
@@ -73,12 +74,47 @@ class Trajectory:
     stopped: tuple
     method: str
     lr: float | np.ndarray
-    seconds: np.ndarray | None = None
 
     @property
     def gap(self) -> np.ndarray:
         """``L − L*``: (R, B)."""
         return np.exp(self.log_gap)
+
+    def select(self, members):
+        """The trajectories ``members`` (an index, a slice or a list) as a record of their own.
+
+        Every array field of shape (R, B, ...) is cut along its batch axis, and so are ``stopped``
+        and a per-trajectory ``lr``.
+
+        >>> import numpy as np, attnlib as al
+        >>> traj = al.train(al.datasets.single_input(), np.zeros((4, 3)), steps=3)
+        >>> traj.select([1, 3]).theta.shape, traj.select(2).theta.shape
+        ((4, 2, 3), (4, 1, 3))
+        """
+        index = np.atleast_1d(np.arange(len(self.stopped))[members])
+        cut = {
+            f.name: getattr(self, f.name)[:, index]
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray) and getattr(self, f.name).ndim >= 2
+        }
+        cut["stopped"] = tuple(self.stopped[b] for b in index)
+        if np.ndim(self.lr):
+            cut["lr"] = self.lr[index]
+        return replace(self, **cut)
+
+
+@dataclass(frozen=True, eq=False)
+class Trajectory(BatchRecord):
+    """Recorded states of B trajectories of θ (a :class:`BatchRecord`).
+
+    Attributes:
+        theta: (R, B, *shape) parameters at the recorded steps.
+        seconds: (R,) wall-clock time since the start at each recorded step (shared by the batch).
+        steps, loss, log_gap, log_grad_norm, stopped, method, lr: as in :class:`BatchRecord`.
+    """
+
+    theta: np.ndarray
+    seconds: np.ndarray | None = None
 
     @property
     def final(self) -> np.ndarray:
@@ -90,26 +126,6 @@ class Trajectory:
         """``‖θ‖`` (Frobenius): (R, B)."""
         R, B = self.theta.shape[:2]
         return np.linalg.norm(self.theta.reshape(R, B, -1), axis=-1)
-
-    def select(self, members) -> Trajectory:
-        """The trajectories ``members`` (an index, a slice or a list) as a Trajectory of their own.
-
-        >>> import numpy as np, attnlib as al
-        >>> traj = al.train(al.datasets.single_input(), np.zeros((4, 3)), steps=3)
-        >>> traj.select([1, 3]).theta.shape, traj.select(2).theta.shape
-        ((4, 2, 3), (4, 1, 3))
-        """
-        index = np.arange(self.theta.shape[1])[members]
-        index = np.atleast_1d(index)
-        return replace(
-            self,
-            theta=self.theta[:, index],
-            loss=self.loss[:, index],
-            log_gap=self.log_gap[:, index],
-            log_grad_norm=self.log_grad_norm[:, index],
-            stopped=tuple(self.stopped[b] for b in index),
-            lr=self.lr[index] if np.ndim(self.lr) else self.lr,
-        )
 
 
 # ---------------------------------------------------------------------- step-size and stop rules
@@ -135,11 +151,13 @@ class StepRule:
 
     #: the method's name (``Trajectory.method``).
     name = ""
-    #: whether :meth:`joint_moves` needs the loss at every step (not only at recorded ones).
+    #: whether the rule needs the loss (``log(L − L*)`` for :meth:`lengths`, ``L`` for
+    #: :meth:`joint_moves`) at every step, not only at the recorded ones.
     needs_loss = False
 
-    def lengths(self, prob: AttentionProblem, terms: Terms, lrs: np.ndarray, log_grad_norm: np.ndarray) -> np.ndarray:
-        """Step lengths (B,) for step sizes ``lrs`` (B,) and ``log ‖∇L‖`` (B,) at the :class:`Terms`."""
+    def lengths(self, lrs: np.ndarray, log_grad_norm: np.ndarray, log_gap: np.ndarray | None = None) -> np.ndarray:
+        """Step lengths (B,) from step sizes ``lrs`` (B,), ``log ‖∇L‖`` (B,) and, if
+        :attr:`needs_loss`, ``log(L − L*)`` (B,)."""
         raise NotImplementedError
 
     def stops(self, prob: AttentionProblem, terms: Terms, flat, lengths, active) -> dict[int, str]:
@@ -166,7 +184,7 @@ class GradientDescent(StepRule):
 
     name = "gd"
 
-    def lengths(self, prob, terms, lrs, log_grad_norm):
+    def lengths(self, lrs, log_grad_norm, log_gap=None):
         return lrs * np.exp(log_grad_norm)
 
 
@@ -179,7 +197,7 @@ class NormalizedGradientDescent(StepRule):
 
     name = "ngd"
 
-    def lengths(self, prob, terms, lrs, log_grad_norm):
+    def lengths(self, lrs, log_grad_norm, log_gap=None):
         return lrs
 
 
@@ -202,8 +220,8 @@ class PolyakStep(StepRule):
     name = "polyak"
     needs_loss = True
 
-    def lengths(self, prob, terms, lrs, log_grad_norm):
-        return lrs * np.exp(prob.log_gap_from(terms) - log_grad_norm)
+    def lengths(self, lrs, log_grad_norm, log_gap=None):
+        return lrs * np.exp(log_gap - log_grad_norm)
 
     def stops(self, prob, terms, flat, lengths, active):
         too_long = active & (lengths > self.max_step * (1.0 + np.linalg.norm(flat, axis=-1)))
@@ -262,6 +280,19 @@ def check_schedule(steps, lr, record_every) -> None:
 def _record_steps(steps: int, record_every: int) -> np.ndarray:
     rec = np.arange(0, steps + 1, record_every)
     return rec if rec[-1] == steps else np.append(rec, steps)
+
+
+def record_schedule(steps: int, record_every: int = 1, record_steps=None) -> np.ndarray:
+    """The steps a trainer records: every ``record_every`` (and the last), or ``record_steps``
+    (increasing integers within ``[0, steps]``), validated. The trainers share it.
+
+    >>> record_schedule(10, 4).tolist(), record_schedule(10, record_steps=[0, 3, 9]).tolist()
+    ([0, 4, 8, 10], [0, 3, 9])
+    """
+    if record_steps is None:
+        check_schedule(steps, 1.0, record_every)
+        return _record_steps(steps, record_every)
+    return _explicit_record(record_steps, steps)
 
 
 def _step_sizes(lr, B: int) -> np.ndarray:
@@ -352,7 +383,7 @@ def train(
     B, size = theta.shape[0], prob.size
     lrs = _step_sizes(lr, B)
     flat = theta.reshape(B, size).copy()
-    record = _record_steps(steps, record_every) if record_steps is None else _explicit_record(record_steps, steps)
+    record = record_schedule(steps, record_every, record_steps)
     R = len(record)
     out_seconds = np.empty(R)
     out_theta = np.empty((R, B, size))
@@ -387,7 +418,7 @@ def train(
             stop_step[mask], stop_reason[mask] = k, why
             active &= ~mask
         unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-        length = rule.lengths(prob, terms, lrs, log_gn)
+        length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
         for b, why in rule.stops(prob, terms, flat, length, active).items():
             stop_step[b], stop_reason[b], active[b] = k, why, False
         flat[active] -= length[active, None] * unit[active]
@@ -517,7 +548,7 @@ def train_joint_problem(
     if p.shape[0] != v.shape[0]:
         raise ValueError(f"p0 and v0 must hold the same number of initialisations, got {p.shape[0]} and {v.shape[0]}")
     B = p.shape[0]
-    record = _record_steps(steps, record_every) if record_steps is None else _explicit_record(record_steps, steps)
+    record = record_schedule(steps, record_every, record_steps)
     R = len(record)
     out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
     stop_step = np.full(B, -1)

@@ -9,10 +9,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _central_difference(f, x, eps=1e-6):
+    """Central finite differences of a scalar function ``f`` over every entry of ``x``."""
+    x = np.asarray(x, float)
+    grad = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = eps
+        grad[idx] = (f(x + e) - f(x - e)) / (2 * eps)
+    return grad
+
+
+@pytest.fixture
+def central_difference():
+    """The tests' one finite-difference gradient: ``central_difference(f, x, eps=1e-6)``."""
+    return _central_difference
 
 
 @pytest.fixture(scope="session")

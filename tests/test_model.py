@@ -9,15 +9,6 @@ import attnlib as al
 LOSS_NAMES = sorted(al.LOSSES)
 
 
-def central_difference(f, theta, eps=1e-6):
-    grad = np.zeros_like(theta)
-    for idx in np.ndindex(theta.shape):
-        e = np.zeros_like(theta)
-        e[idx] = eps
-        grad[idx] = (f(theta + e) - f(theta - e)) / (2 * eps)
-    return grad
-
-
 def random_prompt(seed, loss, n=4, T=5, d=3):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, T, d))
@@ -33,7 +24,7 @@ def random_self(seed, loss, n=3, T=4, d=3, cross=False):
 
 @pytest.mark.parametrize("loss", LOSS_NAMES)
 @pytest.mark.parametrize("make", [random_prompt, random_self, lambda s, l: random_self(s, l, cross=True)])
-def test_gradient_matches_finite_differences(make, loss):
+def test_gradient_matches_finite_differences(make, loss, central_difference):
     for seed in range(3):
         prob = make(seed, loss)
         theta = np.random.default_rng(10 + seed).normal(size=prob.shape)
@@ -42,7 +33,7 @@ def test_gradient_matches_finite_differences(make, loss):
 
 
 @pytest.mark.parametrize("loss", LOSS_NAMES)
-def test_joint_gradients_match_finite_differences(loss):
+def test_joint_gradients_match_finite_differences(loss, central_difference):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(4, 3, 2))
     joint = al.JointAttention(X, np.array([1.0, -1, 1, -1]), rng.normal(size=(3, 2)), al.get_loss(loss))
@@ -167,3 +158,86 @@ def test_inconsistent_factors_are_rejected():
     X, Z = prob.factors
     with pytest.raises(ValueError, match="factors"):
         al.TokenSelectionProblem(prob.A, prob.gamma, prob.loss, factors=(X, 2 * Z))
+
+
+# ---------------------------------------------------------------------- the public protocol
+
+
+def test_problems_implement_the_attention_problem_protocol():
+    prob = random_prompt(0, "logistic")
+    stack = al.stack_problems([random_prompt(s, "logistic") for s in range(2)])
+    head = al.nonlinear_head(np.abs(np.random.default_rng(0).normal(size=(3, 4, 2))), np.eye(2), np.ones(2))
+    for p in (prob, stack, head):
+        assert isinstance(p, al.AttentionProblem)
+    theta = np.random.default_rng(1).normal(size=(2,) + prob.shape)
+    flat, batch = prob.flatten(theta)
+    assert flat.shape == (2, prob.size) and batch == (2,)
+    terms = prob.terms_from_flat(flat)
+    assert terms.log_sigma.shape == (2, prob.n, prob.T) and terms.output.shape == (2, prob.n)
+    np.testing.assert_array_equal(prob.log_gap_from(terms), prob.log_gap(theta))
+    m, g = prob.scaled_grad_from(terms)
+    np.testing.assert_array_equal(np.exp(m)[:, None] * g, prob.grad(theta).reshape(2, -1))
+
+
+def test_joint_problems_implement_the_joint_protocol():
+    X = np.random.default_rng(0).normal(size=(3, 4, 2))
+    joint = al.JointAttention(X, [1.0, -1.0, 1.0], np.eye(2), "logistic")
+    assert isinstance(joint, al.JointProblem)
+    assert isinstance(al.joint_self_attention(X, [1, -1, 1]), al.JointProblem)
+    assert not isinstance(random_prompt(0, "logistic"), al.JointProblem)
+
+
+def test_stacked_joint_attention_matches_each_data_set():
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(2, 4, 3, 2)), rng.choice([-1.0, 1.0], size=(2, 4))
+    p, v = rng.normal(size=(5, 2, 2)), rng.normal(size=(5, 2, 2))
+    stacked = al.joint.StackedJointAttention(X, y, np.eye(2), "logistic")
+    (m_p, g_p), (m_v, g_v) = stacked.scaled_grad(p, v)
+    for r in range(2):
+        one = al.JointAttention(X[r], y[r], np.eye(2), "logistic")
+        (n_p, h_p), (n_v, h_v) = one.scaled_grad(p[:, r], v[:, r])
+        np.testing.assert_allclose(m_p[:, r], n_p, rtol=1e-13)
+        np.testing.assert_allclose(g_p[:, r], h_p, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(g_v[:, r], h_v, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(stacked.value(p, v)[:, r], one.value(p[:, r], v[:, r]), rtol=1e-13)
+    with pytest.raises(ValueError, match="labels -1 and \\+1"):
+        al.joint.StackedJointAttention(X, 2 * y, np.eye(2), "logistic")
+
+
+def test_check_labels_is_the_one_label_check():
+    assert al.check_labels([1, -1], 2).tolist() == [1.0, -1.0]
+    assert al.check_labels([[1, -1], [-1, -1]], (2, 2)).shape == (2, 2)
+    with pytest.raises(ValueError, match="shape \\(3,\\)"):
+        al.check_labels([1, -1], 3)
+    with pytest.raises(ValueError, match="labels -1 and \\+1"):
+        al.check_labels([1, 0], 2)
+    for build in (
+        lambda: al.logistic_regression(np.eye(2), [1, 2]),
+        lambda: al.fit_patch_head(np.ones((2, 3, 2)), [1, 0]),
+        lambda: al.label_svm(np.eye(2), [1, 0.5]),
+        lambda: al.prompt_attention(np.ones((2, 2, 2)), [1, 3], v=[0, 1]),
+    ):
+        with pytest.raises(ValueError, match="labels -1 and \\+1"):
+            build()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_logsumexp_matches_scipy_with_signs_and_weights(seed):
+    from scipy.special import logsumexp as scipy_logsumexp
+
+    from attnlib.model import logsumexp
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(scale=50, size=(4, 6))
+    x[0, :] = -np.inf
+    x[1, 2] = -np.inf
+    b = rng.choice([-1.0, 0.0, 1.0], size=(4, 6))
+    b[2] = 0.0
+    got, sign = logsumexp(x, axis=-1, b=b, return_sign=True)
+    with np.errstate(divide="ignore"):
+        want, want_sign = scipy_logsumexp(x, axis=-1, b=b, return_sign=True)
+    np.testing.assert_array_equal(sign, want_sign)
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), finite)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-13)
+    np.testing.assert_allclose(logsumexp(x, axis=0)[1:], scipy_logsumexp(x, axis=0)[1:], rtol=1e-13)

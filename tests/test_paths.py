@@ -13,16 +13,6 @@ def unequal_multi_input(seed=0):
     return al.datasets.multi_input(seed, nonopt_scores=scores)
 
 
-def central_fd(f, x, h):
-    """Central finite differences of a scalar function over every entry of ``x``."""
-    g = np.zeros_like(x)
-    for k in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[k] = h
-        g[k] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
-
-
 @pytest.fixture(scope="module")
 def multi():
     prob = unequal_multi_input(0)
@@ -77,39 +67,39 @@ def test_plain_loss_solve_is_unreliable_at_large_radius(multi):
 
 
 @pytest.mark.parametrize("scale", [0.5, 5.0, 80.0])
-def test_log_gap_gradient_matches_finite_differences(scale):
+def test_log_gap_gradient_matches_finite_differences(scale, central_difference):
     prob = unequal_multi_input(1)
     rng = np.random.default_rng(3)
     p = scale * (al.max_margin(prob).direction + 0.3 * rng.standard_normal(3))
     f, g = al.log_gap_grad(prob, p)
-    fd = central_fd(lambda q: float(al.log_gap_grad(prob, q)[0]), p, 1e-6)
+    fd = central_difference(lambda q: float(al.log_gap_grad(prob, q)[0]), p, 1e-6)
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
     assert f == pytest.approx(float(prob.log_gap(p)))
 
 
-def test_log_gap_gradient_for_matrix_parameter_and_batch():
+def test_log_gap_gradient_for_matrix_parameter_and_batch(central_difference):
     prob = al.datasets.random_tokens(3, 4, 4, seed=2)
     rng = np.random.default_rng(4)
     W = 2.0 * rng.standard_normal((3, 4, 4))
     f, g = al.log_gap_grad(prob, W)
     assert f.shape == (3,) and g.shape == (3, 4, 4)
-    fd = central_fd(lambda w: float(al.log_gap_grad(prob, w)[0]), W[1], 1e-6)
+    fd = central_difference(lambda w: float(al.log_gap_grad(prob, w)[0]), W[1], 1e-6)
     np.testing.assert_allclose(g[1], fd, rtol=1e-5, atol=1e-7)
 
 
-def test_factor_gradients_match_finite_differences():
+def test_factor_gradients_match_finite_differences(central_difference):
     prob = al.datasets.random_tokens(3, 4, 4, seed=5)
     rng = np.random.default_rng(6)
     K, Q = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
     gK, gQ = al.factor_grad(prob.grad(K @ Q.T), K, Q)
-    fdK = central_fd(lambda k: float(prob.value(k @ Q.T)), K, 1e-6)
-    fdQ = central_fd(lambda q: float(prob.value(K @ q.T)), Q, 1e-6)
+    fdK = central_difference(lambda k: float(prob.value(k @ Q.T)), K, 1e-6)
+    fdQ = central_difference(lambda q: float(prob.value(K @ q.T)), Q, 1e-6)
     np.testing.assert_allclose(gK, fdK, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(gQ, fdQ, rtol=1e-6, atol=1e-9)
     # and of the log-gap objective, as the (K, Q) path uses it
     _, gW = al.log_gap_grad(prob, K @ Q.T)
     gK, _ = al.factor_grad(gW, K, Q)
-    fdK = central_fd(lambda k: float(prob.log_gap(k @ Q.T)), K, 1e-6)
+    fdK = central_difference(lambda k: float(prob.log_gap(k @ Q.T)), K, 1e-6)
     np.testing.assert_allclose(gK, fdK, rtol=1e-5, atol=1e-8)
 
 
@@ -119,17 +109,17 @@ def nonlinear_model():
 
 
 @pytest.mark.parametrize("scale", [0.3, 3.0, 300.0])
-def test_nonlinear_head_gradients_match_finite_differences(scale):
+def test_nonlinear_head_gradients_match_finite_differences(scale, central_difference):
     model = nonlinear_model()
     rng = np.random.default_rng(7)
     sol = al.max_margin(model.token_problem)
     p = scale * sol.direction + 0.3 * rng.standard_normal(6)
     if scale < 100:  # the plain loss is resolvable only at moderate norms
-        fd = central_fd(lambda q: float(model.value(q)), p, 1e-6)
+        fd = central_difference(lambda q: float(model.value(q)), p, 1e-6)
         np.testing.assert_allclose(model.grad(p), fd, rtol=1e-5, atol=1e-9)
         assert np.exp(model.log_gap(p)) == pytest.approx(float(model.value(p)) - model.loss_floor, rel=1e-8)
     _, g = al.log_gap_grad(model, p)
-    fd = central_fd(lambda q: float(model.log_gap(q)), p, 1e-6)
+    fd = central_difference(lambda q: float(model.log_gap(q)), p, 1e-6)
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
 
 
