@@ -23,6 +23,7 @@ __all__ = [
     "JOINT_P0",
     "JOINT_V0",
     "random_tokens",
+    "separable_data",
 ]
 
 #: Keys are the first two coordinates of a token in the fixed-head figures of [MMTS].
@@ -140,3 +141,30 @@ def random_tokens(
         X[np.arange(n), best] = _unit(X[np.arange(n), best] + (y * c)[:, None] * u)
     Z = None if queries == "self" else _unit(rng.standard_normal((n, d)))
     return self_attention(X, y, u, Z, loss)
+
+
+# ---------------------------------------------------------------------- separable points
+def separable_data(n: int, d: int, seed=0, gap: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` Gaussian points in ``R^d`` labelled by a random hyperplane through the origin.
+
+    Points closer than ``gap`` to the hyperplane are redrawn, so the data are linearly separable
+    without bias (a few points become support vectors). The points are then scaled so that the
+    largest has norm 1: the logistic loss is (1/4)-smooth and GD is stable for steps below 8.
+    Returns ``X`` (n, d) and ``y`` (n,).
+    """
+    if not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    if not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    if not 0 < gap < 1:
+        raise ValueError(f"gap must lie in (0, 1), got {gap!r}")
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(d)
+    w /= np.linalg.norm(w)
+    X = np.empty((0, d))
+    while len(X) < n:
+        draw = rng.standard_normal((2 * n, d))
+        X = np.concatenate([X, draw[np.abs(draw @ w) >= gap]])
+    X = X[:n]
+    y = np.sign(X @ w)
+    return X / np.linalg.norm(X, axis=1).max(), y

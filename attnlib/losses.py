@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, log_expit
 
-__all__ = ["Loss", "LOSSES", "get_loss"]
+__all__ = ["Loss", "LOSSES", "get_loss", "CROSS_ENTROPY"]
 
 
 @dataclass(frozen=True)
@@ -100,3 +100,26 @@ def get_loss(loss: str | Loss) -> Loss:
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {loss!r}")
     return LOSSES[loss]
+
+
+# ------------------------------------------------ cross-entropy on the selected mass
+def _ce_log_excess(gamma, log_delta):
+    # ℓ(γ − δ) − ℓ(γ) = −log1p(−δ/γ) for 0 ≤ δ < γ; its log is log(δ/γ) + O(δ) for tiny δ.
+    gamma, log_delta = np.broadcast_arrays(np.asarray(gamma, float), np.asarray(log_delta, float))
+    out = log_delta - np.log(gamma)
+    big = out > -30.0
+    if np.any(big):
+        out = np.array(out, dtype=float)
+        out[big] = np.log(-np.log1p(-np.exp(out[big])))
+    return out
+
+
+#: Cross-entropy on the selected mass, ``ℓ(u) = −log u`` for outputs ``u ∈ (0, 1]`` (scores in
+#: [0, 1]): with two tokens of scores 1 and 0 it turns the softmax into logistic regression.
+CROSS_ENTROPY = Loss(
+    "cross-entropy",
+    value=lambda u: -np.log(np.asarray(u, float)),
+    derivative=lambda u: -1.0 / np.asarray(u, float),
+    excess=lambda g, d: -np.log1p(-np.asarray(d, float) / np.asarray(g, float)),
+    log_excess=_ce_log_excess,
+)

@@ -36,7 +36,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .losses import Loss, get_loss
+from .losses import CROSS_ENTROPY, Loss, get_loss
 
 __all__ = [
     "AttentionProblem",
@@ -52,6 +52,9 @@ __all__ = [
     "token_selection",
     "prompt_attention",
     "self_attention",
+    "logistic_regression",
+    "Reduced",
+    "reduce_to_span",
 ]
 
 
@@ -724,3 +727,106 @@ class JointAttention:
         """``(∇_p L, ∇_v L)``: shapes (*batch, d_k) and (*batch, d)."""
         (m_p, g_p), (m_v, g_v) = self.scaled_grad(p, v)
         return np.exp(m_p)[..., None] * g_p, np.exp(m_v)[..., None] * g_v
+
+
+# ---------------------------------------------------------------------- logistic regression, reduction
+def logistic_regression(X, y) -> TokenSelectionProblem:
+    """Linear logistic regression ``L(w) = (1/n) Σ_i log(1 + e^{−y_i wᵀx_i})`` as token selection.
+
+    Sample ``i`` gets two tokens with features ``y_i x_i`` and ``0`` and scores 1 and 0, and the
+    loss is :data:`CROSS_ENTROPY`; ``σ_i1 = sigmoid(y_i wᵀx_i)``. The loss floor is ``L* = 0`` and
+    :func:`attnlib.max_margin` returns the hard-margin SVM ``min ‖w‖ s.t. y_i wᵀx_i ≥ 1``
+    (no bias), the limit direction of GD (Soudry et al. 2018).
+
+    Args: ``X`` (n, d) points, ``y`` (n,) labels ±1.
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y, w = np.array([[1.0, 0.0], [0.0, -2.0]]), np.array([1.0, -1.0]), np.array([0.3, -0.2])
+    >>> prob = al.logistic_regression(X, y)
+    >>> bool(np.isclose(prob.value(w), np.mean(np.logaddexp(0, -y * (X @ w)))))
+    True
+    """
+    X = np.asarray(X, float)
+    y = np.asarray(y, float)
+    if X.ndim != 2:
+        raise ValueError(f"X must be (n, d), got {X.shape}")
+    y = check_labels(y, X.shape[0])
+    A = np.stack([y[:, None] * X, np.zeros_like(X)], axis=1)  # (n, 2, d)
+    gamma = np.tile([1.0, 0.0], (X.shape[0], 1))
+    return token_selection(A, gamma, CROSS_ENTROPY)
+
+
+@dataclass(frozen=True, eq=False)
+class Reduced:
+    """A problem rewritten in an orthonormal basis of the span of its feature differences.
+
+    Attributes:
+        problem: the reduced problem; its parameter is a vector ``c`` of length ``size``.
+        source: the original problem.
+        coef: (n·T, r) the basis as combinations of the differences ``A_it − A_i,opt``:
+            ``b_r = Σ_it coef[(i, t), r] (A_it − A_i,opt)``, orthonormal.
+    ``θ = Σ_r c_r b_r`` has the same logit differences, loss, gradient direction, norm and
+    ATT-SVM as ``c``; :meth:`lift` computes it.
+    """
+
+    problem: TokenSelectionProblem
+    source: TokenSelectionProblem
+    coef: np.ndarray
+
+    @property
+    def rank(self) -> int:
+        return self.coef.shape[1]
+
+    def lift(self, c) -> np.ndarray:
+        """``c`` (*batch, size) to ``θ`` (*batch, *shape) of the original problem."""
+        c = np.asarray(c, float)
+        src = self.source
+        weights = (c[..., : self.rank] @ self.coef.T).reshape(c.shape[:-1] + (src.n, src.T))
+        return src.adjoint_flat(weights).reshape(c.shape[:-1] + tuple(src.shape))
+
+
+def reduce_to_span(prob: TokenSelectionProblem, size: int | None = None, rtol: float = 1e-6) -> Reduced:
+    """Restrict ``prob`` to ``span{A_it − A_is}``: exact for trajectories from ``θ_0 = 0``.
+
+    Every gradient is ``Σ_it w_it (A_it − A_i,opt)`` and the softmax sees only logit differences,
+    so from ``θ_0 = 0`` the iterates of GD, NGD and Polyak stay in the span, and the ATT-SVM
+    solution of any selection lies in it (its constraints are differences). In an orthonormal
+    basis ``b_1..b_r`` of the span, ``θ = Σ_r c_r b_r`` is an isometry: norms, cosines, margins
+    and softmax masses are unchanged. The reduced features are ``⟨A_it − A_i,opt, b_r⟩`` (each
+    sample's logits shift by a constant, which the softmax ignores).
+
+    Everything is computed from the (n·T)×(n·T) Gram matrix of the differences, obtained through
+    the problem's own logits (the rank-one path for self-attention), so the cost does not grow
+    with ``d²``. ``size`` pads the reduced parameter with zero features (to stack problems of
+    different ranks); directions with singular value below ``rtol`` times the largest are dropped.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.random_tokens(n=3, T=4, d=8, seed=0)
+    >>> red = al.reduce_to_span(prob)
+    >>> red.rank, red.problem.shape        # 3·(4 − 1) = 9 instead of 8·8 = 64
+    (9, (9,))
+    >>> c = np.arange(9.0)
+    >>> bool(np.allclose(red.problem.log_attention(c), prob.log_attention(red.lift(c))))
+    True
+    """
+    n, T = prob.n, prob.T
+    rows = np.arange(n)
+    logits = prob.logits_flat(prob.features_from_opt)  # (n·T, n, T): ⟨A_k − A_k,opt, A_js⟩
+    gram = (logits - logits[:, rows, prob.opt][..., None]).reshape(n * T, n * T)
+    gram = 0.5 * (gram + gram.T)
+    lam, U = np.linalg.eigh(gram)
+    keep = lam > rtol**2 * lam[-1] if lam[-1] > 0 else np.zeros_like(lam, bool)
+    r = int(keep.sum())
+    if r == 0:
+        raise ValueError("all tokens of every sample have the same features: the logits cannot separate them")
+    coef = U[:, keep] / np.sqrt(lam[keep])
+    mu, V = np.linalg.eigh(coef.T @ gram @ coef)  # one refinement pass: coefᵀ G coef = I to rounding
+    coef = coef @ ((V / np.sqrt(mu)) @ V.T)
+    size = r if size is None else size
+    if not isinstance(size, (int, np.integer)) or size < r:
+        raise ValueError(f"size must be an integer >= the rank {r}, got {size!r}")
+    A = (gram @ coef).reshape(n, T, r)
+    A[rows, prob.opt] = 0.0
+    if size > r:
+        A = np.concatenate([A, np.zeros((n, T, size - r))], axis=-1)
+    return Reduced(TokenSelectionProblem(A, prob.gamma, prob.loss), prob, coef)

@@ -18,11 +18,20 @@ heading to a local selection); the others go on.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from .model import AttentionProblem, JointAttention, JointProblem, ProblemStack, Terms
+from .model import (
+    AttentionProblem,
+    JointAttention,
+    JointProblem,
+    ProblemStack,
+    Terms,
+    TokenSelectionProblem,
+    stack_problems,
+)
 
 __all__ = [
     "Stop",
@@ -38,6 +47,8 @@ __all__ = [
     "train_joint",
     "train_joint_problem",
     "METHODS",
+    "log_steps",
+    "train_many",
 ]
 
 METHODS = ("gd", "ngd", "polyak")
@@ -583,3 +594,59 @@ def train_joint_problem(
         bar.close()
     stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
     return JointTrajectory(out_p, out_v, record, out_loss, stopped, rule.name, float(lr), joint)
+
+
+# ---------------------------------------------------------------------- many problems
+def log_steps(steps: int, per_decade: int = 16) -> np.ndarray:
+    """Recording steps ``0, 1, 2, …, steps``, about ``per_decade`` per decade (log axes)."""
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    if not isinstance(per_decade, (int, np.integer)) or per_decade < 1:
+        raise ValueError(f"per_decade must be a positive integer, got {per_decade!r}")
+    grid = np.unique(np.round(np.logspace(0, np.log10(steps), int(per_decade * np.log10(steps)) + 2)))
+    return np.unique(np.concatenate([[0], grid.astype(int), [steps]]))
+
+
+def train_many(
+    problems: Sequence[TokenSelectionProblem],
+    steps: int,
+    method: str = "ngd",
+    lr=0.1,
+    record=None,
+    theta0=None,
+    polyak_max_step: float = 10.0,
+) -> Trajectory:
+    """One trajectory of GD, NGD or Polyak on each of S problems, all stepped together.
+
+    :func:`attnlib.train` on :func:`attnlib.stack_problems` ``(problems)``, with these
+    defaults: every problem starts at zero and the steps are recorded on a log grid.
+
+    Args:
+        problems: S problems of equal ``n``, ``T``, parameter shape and loss (e.g. one per seed;
+            :func:`reduce_to_span` with a common ``size`` makes problems of any ``d`` stackable).
+        steps: iterations.  method: "gd", "ngd" or "polyak".
+        lr: a step size, or (S,) one per problem (a grid of step sizes is one batch too).
+        record: the steps to record (increasing, within ``[0, steps]``); default :func:`log_steps`.
+        theta0: (S, *shape) initialisations; default zeros.
+
+    Returns a :class:`attnlib.Trajectory` with ``theta`` (R, S, *shape) and wall-clock ``seconds``.
+
+    >>> import numpy as np, attnlib as al
+    >>> probs = [al.datasets.single_input(), al.datasets.single_input(local=True)]
+    >>> traj = al.train_many(probs, steps=100, method="ngd", lr=0.1)
+    >>> traj.theta.shape[1:], bool(np.allclose(traj.norm[-1], 10.0, atol=0.5))
+    ((2, 3), True)
+    """
+    stack = stack_problems(problems)
+    if record is None:
+        record = log_steps(steps) if isinstance(steps, (int, np.integer)) and steps >= 1 else np.array([0])
+    return train(
+        stack,
+        np.zeros(stack.shape) if theta0 is None else theta0,
+        steps,
+        method,
+        lr,
+        polyak_max_step=polyak_max_step,
+        progress=False,
+        record_steps=record,
+    )

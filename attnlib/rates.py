@@ -1,38 +1,29 @@
-"""Fast rates of normalised GD and the Polyak step against GD [FAST], and the pieces they need.
+"""Fast rates of normalised GD and the Polyak step against GD [FAST]: fitting slow asymptotic shapes.
 
-Reusable pieces, all built on the library's one problem type:
+:func:`inverse_log_vs_power` and :func:`half_decade_slopes` test slow asymptotic shapes
+(``1/log t``, ``log t``) against a power law.
 
-- :func:`logistic_regression`: linear logistic regression on separable data, the prototype of
-  implicit bias (Soudry et al. 2018), *as a token-selection problem*: two tokens per sample
-  (features ``y_i x_i`` and ``0``, scores 1 and 0), so that ``σ_i1 = sigmoid(y_i wᵀx_i)``, and the
-  cross-entropy loss ``ℓ(u) = −log u`` (:data:`CROSS_ENTROPY`). Then
-  ``L(w) = (1/n) Σ_i log(1 + exp(−y_i wᵀx_i))``, ``L* = 0``, and ATT-SVM is exactly the hard-margin
-  SVM without bias; :func:`attnlib.train` and :func:`attnlib.max_margin` apply unchanged.
-- :func:`reduce_to_span`: an exact, isometric reduction of a problem to the span of its feature
-  differences ``A_it − A_is``. Logits enter the softmax only through these differences, and every
-  gradient is a combination of them, so GD, NGD and Polyak started at ``θ_0 = 0`` never leave that
-  span, and every ATT-SVM solution lies in it too. For self-attention it has dimension at most
-  ``n(T − 1)`` whatever ``d`` is (42 for ``n = 6, T = 8``, against ``d² = 4096`` at ``d = 64``).
-- :func:`train_many`: GD, NGD or Polyak on *several problems at once* (one trajectory per
-  problem, e.g. one per seed), with the same update, stopping rules and stop reasons as
-  :func:`attnlib.train`, which batches initialisations of a single problem.
-- :func:`curves` measures a trajectory of :func:`train_many` against each problem's max-margin
-  solution; :func:`inverse_log_vs_power` and :func:`half_decade_slopes` test slow asymptotic
-  shapes (``1/log t``, ``log t``) with power.
+The pieces a rate study is built from live with the objects they are, and are re-exported here
+under their old names: :data:`attnlib.losses.CROSS_ENTROPY`; :func:`attnlib.model.logistic_regression`,
+:class:`attnlib.model.Reduced` and :func:`attnlib.model.reduce_to_span` (the problem); the
+recording grid :func:`attnlib.optim.log_steps` and :func:`attnlib.optim.train_many`
+(:func:`attnlib.train` on :func:`attnlib.stack_problems`); the metric :func:`attnlib.metrics.curves`;
+and the data :func:`attnlib.datasets.separable_data`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence  # noqa: F401  (kept in this namespace for the code that uses it from here)
 from dataclasses import dataclass
 
 import numpy as np
 
-from .losses import Loss
-from .metrics import direction_error, log_one_minus_mass, normalized_margin, one_minus_cosine
-from .model import TokenSelectionProblem, check_labels, stack_problems, token_selection
-from .optim import Trajectory, train
-from .svm import MaxMarginSolution
+from .datasets import separable_data
+from .losses import CROSS_ENTROPY
+from .metrics import CURVES, curves, direction_error  # noqa: F401  (direction_error: kept in this namespace)
+from .model import Reduced, TokenSelectionProblem, logistic_regression, reduce_to_span  # noqa: F401
+from .optim import Trajectory, log_steps, train, train_many  # noqa: F401  (Trajectory, train: kept in this namespace)
+from .svm import MaxMarginSolution  # noqa: F401  (kept in this namespace for the code that uses it from here)
 
 __all__ = [
     "CROSS_ENTROPY",
@@ -47,259 +38,6 @@ __all__ = [
     "inverse_log_vs_power",
     "half_decade_slopes",
 ]
-
-
-def _ce_log_excess(gamma, log_delta):
-    # ℓ(γ − δ) − ℓ(γ) = −log1p(−δ/γ) for 0 ≤ δ < γ; its log is log(δ/γ) + O(δ) for tiny δ.
-    gamma, log_delta = np.broadcast_arrays(np.asarray(gamma, float), np.asarray(log_delta, float))
-    out = log_delta - np.log(gamma)
-    big = out > -30.0
-    if np.any(big):
-        out = np.array(out, dtype=float)
-        out[big] = np.log(-np.log1p(-np.exp(out[big])))
-    return out
-
-
-#: Cross-entropy on the selected mass, ``ℓ(u) = −log u`` for outputs ``u ∈ (0, 1]`` (scores in
-#: [0, 1]): with two tokens of scores 1 and 0 it turns the softmax into logistic regression.
-CROSS_ENTROPY = Loss(
-    "cross-entropy",
-    value=lambda u: -np.log(np.asarray(u, float)),
-    derivative=lambda u: -1.0 / np.asarray(u, float),
-    excess=lambda g, d: -np.log1p(-np.asarray(d, float) / np.asarray(g, float)),
-    log_excess=_ce_log_excess,
-)
-
-
-def logistic_regression(X, y) -> TokenSelectionProblem:
-    """Linear logistic regression ``L(w) = (1/n) Σ_i log(1 + e^{−y_i wᵀx_i})`` as token selection.
-
-    Sample ``i`` gets two tokens with features ``y_i x_i`` and ``0`` and scores 1 and 0, and the
-    loss is :data:`CROSS_ENTROPY`; ``σ_i1 = sigmoid(y_i wᵀx_i)``. The loss floor is ``L* = 0`` and
-    :func:`attnlib.max_margin` returns the hard-margin SVM ``min ‖w‖ s.t. y_i wᵀx_i ≥ 1``
-    (no bias), the limit direction of GD (Soudry et al. 2018).
-
-    Args: ``X`` (n, d) points, ``y`` (n,) labels ±1.
-
-    >>> import numpy as np, attnlib as al
-    >>> X, y, w = np.array([[1.0, 0.0], [0.0, -2.0]]), np.array([1.0, -1.0]), np.array([0.3, -0.2])
-    >>> prob = al.logistic_regression(X, y)
-    >>> bool(np.isclose(prob.value(w), np.mean(np.logaddexp(0, -y * (X @ w)))))
-    True
-    """
-    X = np.asarray(X, float)
-    y = np.asarray(y, float)
-    if X.ndim != 2:
-        raise ValueError(f"X must be (n, d), got {X.shape}")
-    y = check_labels(y, X.shape[0])
-    A = np.stack([y[:, None] * X, np.zeros_like(X)], axis=1)  # (n, 2, d)
-    gamma = np.tile([1.0, 0.0], (X.shape[0], 1))
-    return token_selection(A, gamma, CROSS_ENTROPY)
-
-
-def separable_data(n: int, d: int, seed=0, gap: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` Gaussian points in ``R^d`` labelled by a random hyperplane through the origin.
-
-    Points closer than ``gap`` to the hyperplane are redrawn, so the data are linearly separable
-    without bias (a few points become support vectors). The points are then scaled so that the
-    largest has norm 1: the logistic loss is (1/4)-smooth and GD is stable for steps below 8.
-    Returns ``X`` (n, d) and ``y`` (n,).
-    """
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
-    if not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
-    if not 0 < gap < 1:
-        raise ValueError(f"gap must lie in (0, 1), got {gap!r}")
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    w /= np.linalg.norm(w)
-    X = np.empty((0, d))
-    while len(X) < n:
-        draw = rng.standard_normal((2 * n, d))
-        X = np.concatenate([X, draw[np.abs(draw @ w) >= gap]])
-    X = X[:n]
-    y = np.sign(X @ w)
-    return X / np.linalg.norm(X, axis=1).max(), y
-
-
-# ---------------------------------------------------------------------------------- reduction
-@dataclass(frozen=True, eq=False)
-class Reduced:
-    """A problem rewritten in an orthonormal basis of the span of its feature differences.
-
-    Attributes:
-        problem: the reduced problem; its parameter is a vector ``c`` of length ``size``.
-        source: the original problem.
-        coef: (n·T, r) the basis as combinations of the differences ``A_it − A_i,opt``:
-            ``b_r = Σ_it coef[(i, t), r] (A_it − A_i,opt)``, orthonormal.
-    ``θ = Σ_r c_r b_r`` has the same logit differences, loss, gradient direction, norm and
-    ATT-SVM as ``c``; :meth:`lift` computes it.
-    """
-
-    problem: TokenSelectionProblem
-    source: TokenSelectionProblem
-    coef: np.ndarray
-
-    @property
-    def rank(self) -> int:
-        return self.coef.shape[1]
-
-    def lift(self, c) -> np.ndarray:
-        """``c`` (*batch, size) to ``θ`` (*batch, *shape) of the original problem."""
-        c = np.asarray(c, float)
-        src = self.source
-        weights = (c[..., : self.rank] @ self.coef.T).reshape(c.shape[:-1] + (src.n, src.T))
-        return src.adjoint_flat(weights).reshape(c.shape[:-1] + tuple(src.shape))
-
-
-def reduce_to_span(prob: TokenSelectionProblem, size: int | None = None, rtol: float = 1e-6) -> Reduced:
-    """Restrict ``prob`` to ``span{A_it − A_is}``: exact for trajectories from ``θ_0 = 0``.
-
-    Every gradient is ``Σ_it w_it (A_it − A_i,opt)`` and the softmax sees only logit differences,
-    so from ``θ_0 = 0`` the iterates of GD, NGD and Polyak stay in the span, and the ATT-SVM
-    solution of any selection lies in it (its constraints are differences). In an orthonormal
-    basis ``b_1..b_r`` of the span, ``θ = Σ_r c_r b_r`` is an isometry: norms, cosines, margins
-    and softmax masses are unchanged. The reduced features are ``⟨A_it − A_i,opt, b_r⟩`` (each
-    sample's logits shift by a constant, which the softmax ignores).
-
-    Everything is computed from the (n·T)×(n·T) Gram matrix of the differences, obtained through
-    the problem's own logits (the rank-one path for self-attention), so the cost does not grow
-    with ``d²``. ``size`` pads the reduced parameter with zero features (to stack problems of
-    different ranks); directions with singular value below ``rtol`` times the largest are dropped.
-
-    >>> import numpy as np, attnlib as al
-    >>> prob = al.datasets.random_tokens(n=3, T=4, d=8, seed=0)
-    >>> red = al.reduce_to_span(prob)
-    >>> red.rank, red.problem.shape        # 3·(4 − 1) = 9 instead of 8·8 = 64
-    (9, (9,))
-    >>> c = np.arange(9.0)
-    >>> bool(np.allclose(red.problem.log_attention(c), prob.log_attention(red.lift(c))))
-    True
-    """
-    n, T = prob.n, prob.T
-    rows = np.arange(n)
-    logits = prob.logits_flat(prob.features_from_opt)  # (n·T, n, T): ⟨A_k − A_k,opt, A_js⟩
-    gram = (logits - logits[:, rows, prob.opt][..., None]).reshape(n * T, n * T)
-    gram = 0.5 * (gram + gram.T)
-    lam, U = np.linalg.eigh(gram)
-    keep = lam > rtol**2 * lam[-1] if lam[-1] > 0 else np.zeros_like(lam, bool)
-    r = int(keep.sum())
-    if r == 0:
-        raise ValueError("all tokens of every sample have the same features: the logits cannot separate them")
-    coef = U[:, keep] / np.sqrt(lam[keep])
-    mu, V = np.linalg.eigh(coef.T @ gram @ coef)  # one refinement pass: coefᵀ G coef = I to rounding
-    coef = coef @ ((V / np.sqrt(mu)) @ V.T)
-    size = r if size is None else size
-    if not isinstance(size, (int, np.integer)) or size < r:
-        raise ValueError(f"size must be an integer >= the rank {r}, got {size!r}")
-    A = (gram @ coef).reshape(n, T, r)
-    A[rows, prob.opt] = 0.0
-    if size > r:
-        A = np.concatenate([A, np.zeros((n, T, size - r))], axis=-1)
-    return Reduced(TokenSelectionProblem(A, prob.gamma, prob.loss), prob, coef)
-
-
-# ---------------------------------------------------------------------------------- many problems
-def log_steps(steps: int, per_decade: int = 16) -> np.ndarray:
-    """Recording steps ``0, 1, 2, …, steps``, about ``per_decade`` per decade (log axes)."""
-    if not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if not isinstance(per_decade, (int, np.integer)) or per_decade < 1:
-        raise ValueError(f"per_decade must be a positive integer, got {per_decade!r}")
-    grid = np.unique(np.round(np.logspace(0, np.log10(steps), int(per_decade * np.log10(steps)) + 2)))
-    return np.unique(np.concatenate([[0], grid.astype(int), [steps]]))
-
-
-def train_many(
-    problems: Sequence[TokenSelectionProblem],
-    steps: int,
-    method: str = "ngd",
-    lr=0.1,
-    record=None,
-    theta0=None,
-    polyak_max_step: float = 10.0,
-) -> Trajectory:
-    """One trajectory of GD, NGD or Polyak on each of S problems, all stepped together.
-
-    :func:`attnlib.train` on :func:`attnlib.stack_problems` ``(problems)``, with these
-    defaults: every problem starts at zero and the steps are recorded on a log grid.
-
-    Args:
-        problems: S problems of equal ``n``, ``T``, parameter shape and loss (e.g. one per seed;
-            :func:`reduce_to_span` with a common ``size`` makes problems of any ``d`` stackable).
-        steps: iterations.  method: "gd", "ngd" or "polyak".
-        lr: a step size, or (S,) one per problem (a grid of step sizes is one batch too).
-        record: the steps to record (increasing, within ``[0, steps]``); default :func:`log_steps`.
-        theta0: (S, *shape) initialisations; default zeros.
-
-    Returns a :class:`attnlib.Trajectory` with ``theta`` (R, S, *shape) and wall-clock ``seconds``.
-
-    >>> import numpy as np, attnlib as al
-    >>> probs = [al.datasets.single_input(), al.datasets.single_input(local=True)]
-    >>> traj = al.train_many(probs, steps=100, method="ngd", lr=0.1)
-    >>> traj.theta.shape[1:], bool(np.allclose(traj.norm[-1], 10.0, atol=0.5))
-    ((2, 3), True)
-    """
-    stack = stack_problems(problems)
-    if record is None:
-        record = log_steps(steps) if isinstance(steps, (int, np.integer)) and steps >= 1 else np.array([0])
-    return train(
-        stack,
-        np.zeros(stack.shape) if theta0 is None else theta0,
-        steps,
-        method,
-        lr,
-        polyak_max_step=polyak_max_step,
-        progress=False,
-        record_steps=record,
-    )
-
-
-CURVES = (
-    "direction_error",
-    "one_minus_corr",
-    "margin_gap",
-    "log_mass",
-    "sparsity_rate",
-    "log_gap",
-    "norm",
-    "selects_opt",
-)
-
-
-def curves(
-    problems: Sequence[TokenSelectionProblem],
-    traj: Trajectory,
-    solutions: Sequence[MaxMarginSolution | None],
-) -> dict[str, np.ndarray]:
-    """The rate metrics of each problem's trajectory, as (R, S) arrays.
-
-    Keys: ``direction_error`` ``‖W_t/‖W_t‖ − W_mm/‖W_mm‖‖``; ``one_minus_corr``; ``margin_gap``
-    ``1/‖W_mm‖ − γ(W_t)``; ``log_mass`` ``log max_i(1 − σ_i,opt)`` (log space: it underflows
-    otherwise); ``sparsity_rate`` ``−log max_i(1 − σ_i,opt)/‖W_t‖`` (tends to ``1/‖W_mm‖``);
-    ``log_gap`` ``log(L − L*)``; ``norm`` ``‖W_t‖``; ``selects_opt`` (1.0 where every sample
-    attends most to its optimal token). Columns of problems whose solution is ``None``
-    (an infeasible W-SVM) are NaN for the metrics that need ``W_mm``.
-    """
-    problems = list(problems)
-    R, S = traj.theta.shape[:2]
-    if len(problems) != S or len(solutions) != S:
-        raise ValueError(f"need {S} problems and {S} solutions (one per trajectory)")
-    out = {key: np.full((R, S), np.nan) for key in CURVES}
-    out["norm"] = traj.norm
-    out["log_gap"] = np.array(traj.log_gap)
-    for s, (prob, sol) in enumerate(zip(problems, solutions)):
-        theta = traj.theta[:, s]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["log_mass"][:, s] = np.max(log_one_minus_mass(prob, theta), axis=-1)
-            out["sparsity_rate"][:, s] = -out["log_mass"][:, s] / out["norm"][:, s]
-            out["selects_opt"][:, s] = np.all(prob.selection(theta) == prob.opt, axis=-1)
-            if sol is not None:
-                out["direction_error"][:, s] = direction_error(theta, sol.theta)
-                out["one_minus_corr"][:, s] = one_minus_cosine(theta, sol.theta)
-                out["margin_gap"][:, s] = sol.margin - normalized_margin(prob, theta)
-    return out
 
 
 # ---------------------------------------------------------------------------------- slow shapes
