@@ -121,6 +121,53 @@ def log_one_minus_mass(prob: TokenSelectionProblem, theta, select=None) -> np.nd
     return logsumexp(others, axis=-1)
 
 
+# ---------------------------------------------------------------------- rate curves of a batch
+CURVES = (
+    "direction_error",
+    "one_minus_corr",
+    "margin_gap",
+    "log_mass",
+    "sparsity_rate",
+    "log_gap",
+    "norm",
+    "selects_opt",
+)
+
+
+def curves(
+    problems: Sequence[TokenSelectionProblem],
+    traj: Trajectory,
+    solutions: Sequence[MaxMarginSolution | None],
+) -> dict[str, np.ndarray]:
+    """The rate metrics of each problem's trajectory, as (R, S) arrays.
+
+    Keys: ``direction_error`` ``‖W_t/‖W_t‖ − W_mm/‖W_mm‖‖``; ``one_minus_corr``; ``margin_gap``
+    ``1/‖W_mm‖ − γ(W_t)``; ``log_mass`` ``log max_i(1 − σ_i,opt)`` (log space: it underflows
+    otherwise); ``sparsity_rate`` ``−log max_i(1 − σ_i,opt)/‖W_t‖`` (tends to ``1/‖W_mm‖``);
+    ``log_gap`` ``log(L − L*)``; ``norm`` ``‖W_t‖``; ``selects_opt`` (1.0 where every sample
+    attends most to its optimal token). Columns of problems whose solution is ``None``
+    (an infeasible W-SVM) are NaN for the metrics that need ``W_mm``.
+    """
+    problems = list(problems)
+    R, S = traj.theta.shape[:2]
+    if len(problems) != S or len(solutions) != S:
+        raise ValueError(f"need {S} problems and {S} solutions (one per trajectory)")
+    out = {key: np.full((R, S), np.nan) for key in CURVES}
+    out["norm"] = traj.norm
+    out["log_gap"] = np.array(traj.log_gap)
+    for s, (prob, sol) in enumerate(zip(problems, solutions)):
+        theta = traj.theta[:, s]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["log_mass"][:, s] = np.max(log_one_minus_mass(prob, theta), axis=-1)
+            out["sparsity_rate"][:, s] = -out["log_mass"][:, s] / out["norm"][:, s]
+            out["selects_opt"][:, s] = np.all(prob.selection(theta) == prob.opt, axis=-1)
+            if sol is not None:
+                out["direction_error"][:, s] = direction_error(theta, sol.theta)
+                out["one_minus_corr"][:, s] = one_minus_cosine(theta, sol.theta)
+                out["margin_gap"][:, s] = sol.margin - normalized_margin(prob, theta)
+    return out
+
+
 def fit_slope(x, y, log_x: bool = True, log_y: bool = True) -> tuple[float, float]:
     """Least-squares line through ``(x, y)`` on the chosen axes: returns ``(slope, intercept)``.
 
@@ -247,50 +294,3 @@ def offset_equilibrium(prob: TokenSelectionProblem, sol) -> tuple[np.ndarray, fl
         return np.full(prob.shape, np.nan), float("nan")
     kappa = M * float(np.linalg.eigvalsh(cov).min())
     return (x @ basis).reshape(prob.shape), kappa
-
-
-# ---------------------------------------------------------------------- rate curves of a batch
-CURVES = (
-    "direction_error",
-    "one_minus_corr",
-    "margin_gap",
-    "log_mass",
-    "sparsity_rate",
-    "log_gap",
-    "norm",
-    "selects_opt",
-)
-
-
-def curves(
-    problems: Sequence[TokenSelectionProblem],
-    traj: Trajectory,
-    solutions: Sequence[MaxMarginSolution | None],
-) -> dict[str, np.ndarray]:
-    """The rate metrics of each problem's trajectory, as (R, S) arrays.
-
-    Keys: ``direction_error`` ``‖W_t/‖W_t‖ − W_mm/‖W_mm‖‖``; ``one_minus_corr``; ``margin_gap``
-    ``1/‖W_mm‖ − γ(W_t)``; ``log_mass`` ``log max_i(1 − σ_i,opt)`` (log space: it underflows
-    otherwise); ``sparsity_rate`` ``−log max_i(1 − σ_i,opt)/‖W_t‖`` (tends to ``1/‖W_mm‖``);
-    ``log_gap`` ``log(L − L*)``; ``norm`` ``‖W_t‖``; ``selects_opt`` (1.0 where every sample
-    attends most to its optimal token). Columns of problems whose solution is ``None``
-    (an infeasible W-SVM) are NaN for the metrics that need ``W_mm``.
-    """
-    problems = list(problems)
-    R, S = traj.theta.shape[:2]
-    if len(problems) != S or len(solutions) != S:
-        raise ValueError(f"need {S} problems and {S} solutions (one per trajectory)")
-    out = {key: np.full((R, S), np.nan) for key in CURVES}
-    out["norm"] = traj.norm
-    out["log_gap"] = np.array(traj.log_gap)
-    for s, (prob, sol) in enumerate(zip(problems, solutions)):
-        theta = traj.theta[:, s]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["log_mass"][:, s] = np.max(log_one_minus_mass(prob, theta), axis=-1)
-            out["sparsity_rate"][:, s] = -out["log_mass"][:, s] / out["norm"][:, s]
-            out["selects_opt"][:, s] = np.all(prob.selection(theta) == prob.opt, axis=-1)
-            if sol is not None:
-                out["direction_error"][:, s] = direction_error(theta, sol.theta)
-                out["one_minus_corr"][:, s] = one_minus_cosine(theta, sol.theta)
-                out["margin_gap"][:, s] = sol.margin - normalized_margin(prob, theta)
-    return out
