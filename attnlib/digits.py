@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import check_labels
-
 __all__ = ["DigitPatches", "digit_patches", "fit_patch_head", "follow_selection"]
 
 #: Side of a scikit-learn digit image, in pixels.
@@ -177,8 +175,9 @@ def fit_patch_head(X, y, ridge: float = 1.0) -> np.ndarray:
     >>> np.round(al.fit_patch_head(X, [1, -1], ridge=1.0), 3).tolist()
     [0.5, -0.5]
     """
+    from .model import check_labels
+
     X = np.asarray(X, float)
-    y = np.asarray(y, float)
     if X.ndim != 3:
         raise ValueError(f"X must be (n, T, d), got {X.shape}")
     y = check_labels(y, X.shape[0])

@@ -80,12 +80,14 @@ def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False):
-    """``log Σ exp(x)`` over ``axis`` (max-subtracted); ``-inf`` where every entry is ``-inf``.
+    """``log Σ exp(x)`` over ``axis``; ``-inf`` where every entry is ``-inf``. The library's one logsumexp.
 
-    The library's one logsumexp. With weights ``b`` (broadcastable to ``x``) it computes
-    ``log |Σ b exp(x)|`` with the maximum taken over the entries whose weight is non-zero; with
-    ``return_sign=True`` it returns ``(log |Σ b exp(x)|, sign of the sum)`` (sign 0 and value
-    ``-inf`` for a zero sum), as ``scipy.special.logsumexp`` does.
+    Without weights it is the max-subtracted sum ``log Σ exp(x − max) + max`` (the trainers' hot
+    path). With weights ``b`` (broadcastable to ``x``; entries with weight 0 are ignored) it computes
+    ``log |Σ b exp(x)|``, and with ``return_sign=True`` it returns ``(log |Σ b exp(x)|, sign)``
+    (sign 0 and value ``-inf`` for a zero sum). The weighted form adds the largest terms apart and
+    takes ``log1p`` of the rest, exactly as ``scipy.special.logsumexp`` (1.15+) does, so a signed
+    sum that nearly cancels keeps its relative accuracy.
 
     >>> import numpy as np
     >>> float(logsumexp(np.log([1.0, 2.0, 3.0])))  # log 6
@@ -95,19 +97,30 @@ def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False):
     (2.0, -1.0)
     """
     x = np.asarray(x)
-    if b is None:
+    if b is None and not return_sign:
         top = x.max(axis=axis, keepdims=True)
         top = np.where(np.isfinite(top), top, 0.0)
         with np.errstate(divide="ignore"):
-            out = np.log(np.exp(x - top).sum(axis=axis)) + top.squeeze(axis=axis)
-        return (out, np.where(np.isneginf(out), 0.0, 1.0)) if return_sign else out
-    x, b = np.broadcast_arrays(x, np.asarray(b, dtype=float))
-    top = np.where(b != 0, x, -np.inf).max(axis=axis, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
-        total = (b * np.exp(x - top)).sum(axis=axis)
-        out = np.log(np.abs(total)) + top.squeeze(axis=axis)
-    return (out, np.sign(total)) if return_sign else out
+            return np.log(np.exp(x - top).sum(axis=axis)) + top.squeeze(axis=axis)
+    x, b = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(1.0 if b is None else b, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        total = (b * np.exp(x)).sum(axis=axis, keepdims=True)  # direct sum: used where the shifted one is not finite
+        direct, direct_sign = np.log(np.abs(total)), np.sign(total)
+        a = np.where(b == 0, -np.inf, x)
+        top = a.max(axis=axis, keepdims=True)
+        at_top = a == top
+        m = (b * at_top).sum(axis=axis, keepdims=True)  # the largest terms, summed apart
+        rest = (b * np.exp(np.where(at_top, -np.inf, a) - top)).sum(axis=axis, keepdims=True)
+        rest = np.where(rest == 0, rest, rest / m)
+        sign = np.sign(rest + 1) * np.sign(m)
+        rest = np.where(rest < -1, -rest - 2, rest)
+        out = np.log1p(rest) + np.log(np.abs(m)) + top
+    if not return_sign:
+        out = np.where(sign < 0, np.nan, out)
+    finite = np.isfinite(out)
+    out = np.where(finite, out, direct).squeeze(axis=axis)
+    sign = np.where(finite, sign, direct_sign).squeeze(axis=axis)
+    return (out, sign) if return_sign else out
 
 
 def check_labels(y, shape, name: str = "y") -> np.ndarray:

@@ -470,6 +470,158 @@ def _check_radii(radii) -> np.ndarray:
     return r
 
 
+def _check_count(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        kind = "non-negative" if minimum == 0 else "positive"
+        raise ValueError(f"{name} must be a {kind} integer, got {value!r}")
+
+
+class _DirectCoordinates:
+    """The path's search space is θ itself: ``x = vec θ`` (dim = size), constrained ``‖x‖ ≤ R``."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = tuple(shape)
+        self.dim = int(np.prod(self.shape))
+
+    def to_theta(self, x: np.ndarray) -> np.ndarray:
+        """(B, dim) coordinates to (B, *shape) parameters."""
+        return x.reshape((-1,) + self.shape)
+
+    def from_theta(self, theta: np.ndarray, R: float) -> np.ndarray:
+        """A parameter rescaled onto the sphere of radius ``R``, as coordinates (dim,)."""
+        return theta.ravel() * (R / np.linalg.norm(theta))
+
+    def chain(self, x: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
+        """The gradient in θ (B, *shape) as a gradient in the coordinates (B, dim)."""
+        return grad_theta.reshape(len(x), -1)
+
+    def radius(self, R: float) -> float:
+        """The radius of the coordinates' ball for the path radius ``R``."""
+        return R
+
+    def constrained_norm(self, x: np.ndarray) -> np.ndarray:
+        """The constrained norm ``‖θ‖_F`` of coordinates (B, dim): (B,)."""
+        return np.linalg.norm(x, axis=1)
+
+    def factors(self, x: np.ndarray):
+        return None
+
+
+class _FactorCoordinates:
+    """The path's search space is ``(K, Q)`` with ``W = K Qᵀ``, constrained ``‖K‖² + ‖Q‖² ≤ 2R``.
+
+    Coordinates ``x = (vec K, vec Q)`` (dim = (d + d_z)·m), ``K`` (d, m), ``Q`` (d_z, m).
+    """
+
+    def __init__(self, shape: tuple[int, ...], width):
+        if len(shape) != 2:
+            raise ValueError(f"parametrization='kq' needs a matrix parameter W, got parameter shape {shape}")
+        d, dz = shape
+        m = min(d, dz) if width is None else width
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+            raise ValueError(f"width must be a positive integer, got {width!r}")
+        self.shape, self.d, self.dz, self.m = tuple(shape), d, dz, m
+        self.dim = (d + dz) * m
+
+    def unpack(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Coordinates (B, dim) to ``K`` (B, d, m) and ``Q`` (B, d_z, m)."""
+        nK = self.d * self.m
+        return x[:, :nK].reshape(-1, self.d, self.m), x[:, nK:].reshape(-1, self.dz, self.m)
+
+    def to_theta(self, x: np.ndarray) -> np.ndarray:
+        K, Q = self.unpack(x)
+        return K @ np.swapaxes(Q, 1, 2)
+
+    def from_theta(self, theta: np.ndarray, R: float) -> np.ndarray:
+        """``θ`` rescaled to nuclear norm ``R`` and factorised ``K = U√s``, ``Q = V√s`` (SVD)."""
+        U, sv, Vt = np.linalg.svd(theta * (R / np.sum(np.linalg.svd(theta, compute_uv=False))))
+        root = np.sqrt(sv[: self.m])
+        return np.concatenate([(U[:, : self.m] * root).ravel(), (Vt[: self.m].T * root).ravel()])
+
+    def chain(self, x: np.ndarray, grad_theta: np.ndarray) -> np.ndarray:
+        K, Q = self.unpack(x)
+        gK, gQ = factor_grad(grad_theta, K, Q)
+        return np.concatenate([gK.reshape(len(x), -1), gQ.reshape(len(x), -1)], axis=1)
+
+    def radius(self, R: float) -> float:
+        return np.sqrt(2.0 * R)
+
+    def constrained_norm(self, x: np.ndarray) -> np.ndarray:
+        """``(‖K‖² + ‖Q‖²)/2`` (≥ ‖K Qᵀ‖_*): (B,)."""
+        return 0.5 * np.sum(x**2, axis=1)
+
+    def factors(self, x: np.ndarray):
+        return self.unpack(x)
+
+
+def _path_coordinates(shape, parametrization: str, width):
+    if parametrization == "kq":
+        return _FactorCoordinates(shape, width)
+    if width is not None:
+        raise ValueError("width is only used with parametrization='kq'")
+    return _DirectCoordinates(shape)
+
+
+def _objective_and_grad(prob, coords, kind: str) -> Callable:
+    """``fg(x) = (f (B,), ∇f (B, dim))`` of the loss (``kind="loss"``) or of ``log(L − L*)`` in ``coords``."""
+    inner = _loss_grad if kind == "loss" else log_gap_grad
+
+    def fg(x):
+        f, grad_theta = inner(prob, coords.to_theta(x))
+        return f, coords.chain(x, grad_theta)
+
+    return fg
+
+
+def _auto_objective(prob, theta0, objective: str, switch_gap: float) -> str:
+    """``"loss"`` while ``(L − L*)/L ≥ switch_gap`` at every start ``theta0``, then ``"log_gap"``."""
+    if objective != "auto":
+        return objective
+    value = prob.value(theta0)  # the most saturated start decides (the plain loss cannot rank it)
+    rel = np.min(np.exp(prob.log_gap(theta0)) / np.where(value > 0, value, np.inf))
+    return "loss" if rel >= switch_gap else "log_gap"
+
+
+def _rescaled_branches(starts: np.ndarray, branches, rho: float) -> np.ndarray:
+    """``starts`` (S, dim) with its first rows replaced by ``branches`` rescaled to norm ``rho``."""
+    if branches is not None:
+        starts[: len(branches)] = branches * (rho / np.maximum(np.linalg.norm(branches, axis=1, keepdims=True), 1e-300))
+    return starts
+
+
+class _PathRecord:
+    """Per-radius records of a path solved from S starts at each of N radii."""
+
+    def __init__(self, N: int, S: int, dim: int):
+        self.x = np.empty((N, dim))
+        self.kinds = np.empty(N, dtype=object)
+        self.start_objective = np.empty((N, S))
+        self.start_cosine = np.empty((N, S))
+        self.iterations = np.empty(N, dtype=int)
+        self.converged = np.empty(N, dtype=bool)
+
+    def add(self, j: int, x, f, iterations: int, converged, unit, order, kind: str, keep: int) -> np.ndarray:
+        """Record radius ``j`` (the winner ``order[0]``) and return the branches for the next radius:
+        the ``keep`` best starts (in ``order``) with distinct directions ``unit`` (S, ·), finite ``f``."""
+        best = int(order[0])
+        self.start_cosine[j] = unit @ unit[best]
+        self.x[j], self.kinds[j], self.start_objective[j] = x[best], kind, f
+        self.iterations[j], self.converged[j] = iterations, converged[best]
+        # carry the best distinct solutions forward: a branch that is second best now may win later
+        picked: list[int] = []
+        for b in order:
+            if np.isfinite(f[b]) and all(unit[b] @ unit[c] < 1 - 1e-9 for c in picked):
+                picked.append(int(b))
+            if len(picked) == keep:
+                break
+        return x[picked]
+
+
+def _unit_rows(v: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
 def regularization_path(
     prob: TokenSelectionProblem,
     radii,
@@ -536,16 +688,14 @@ def regularization_path(
     if not isinstance(prob, (TokenSelectionProblem, NonlinearHeadAttention)):
         raise ValueError(f"prob must be a TokenSelectionProblem or NonlinearHeadAttention, got {type(prob).__name__}")
     r = _check_radii(radii)
-    if isinstance(n_starts, bool) or not isinstance(n_starts, (int, np.integer)) or n_starts < 0:
-        raise ValueError(f"n_starts must be a non-negative integer, got {n_starts!r}")
+    _check_count("n_starts", n_starts, 0)
     if parametrization not in PARAMETRIZATIONS:
         raise ValueError(f"parametrization must be one of {list(PARAMETRIZATIONS)}, got {parametrization!r}")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
     if not (np.isfinite(switch_gap) and 0 < switch_gap < 1):
         raise ValueError(f"switch_gap must be in (0, 1), got {switch_gap!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    _check_count("max_iter", max_iter, 1)
     if not (np.isfinite(tol) and 0 < tol < 1):
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
     if guide is not None:
@@ -553,132 +703,38 @@ def regularization_path(
         if guide.shape != (len(r),) + tuple(prob.shape) or not np.all(np.isfinite(guide)):
             raise ValueError(f"guide must be finite with shape {(len(r),) + tuple(prob.shape)}, got {guide.shape}")
     rng = np.random.default_rng(seed)
-    shape = prob.shape
-
-    if parametrization == "kq":
-        if len(shape) != 2:
-            raise ValueError(f"parametrization='kq' needs a matrix parameter W, got parameter shape {shape}")
-        d, dz = shape
-        m = min(d, dz) if width is None else width
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-            raise ValueError(f"width must be a positive integer, got {width!r}")
-        nK = d * m
-
-        def unpack(x):
-            return x[:, :nK].reshape(-1, d, m), x[:, nK:].reshape(-1, dz, m)
-
-        def to_theta(x):
-            K, Q = unpack(x)
-            return K @ np.swapaxes(Q, 1, 2)
-
-        def from_theta(theta, R):
-            U, sv, Vt = np.linalg.svd(theta * (R / np.sum(np.linalg.svd(theta, compute_uv=False))))
-            root = np.sqrt(sv[:m])
-            return np.concatenate([(U[:, :m] * root).ravel(), (Vt[:m].T * root).ravel()])
-
-        def chain(x, gW):
-            K, Q = unpack(x)
-            gK, gQ = factor_grad(gW, K, Q)
-            return np.concatenate([gK.reshape(len(x), -1), gQ.reshape(len(x), -1)], axis=1)
-
-        dim = (d + dz) * m
-
-        def radius(R):
-            return np.sqrt(2.0 * R)
-
-        def constrained_norm(x):
-            return 0.5 * np.sum(x**2, axis=1)
-    else:
-        if width is not None:
-            raise ValueError("width is only used with parametrization='kq'")
-
-        def to_theta(x):
-            return x.reshape((-1,) + shape)
-
-        def from_theta(theta, R):
-            return theta.ravel() * (R / np.linalg.norm(theta))
-
-        def chain(x, gW):
-            return gW.reshape(len(x), -1)
-
-        dim = int(np.prod(shape))
-
-        def radius(R):
-            return R
-
-        def constrained_norm(x):
-            return np.linalg.norm(x, axis=1)
-
-    def make_fg(kind):
-        inner = _loss_grad if kind == "loss" else log_gap_grad
-
-        def fg(x):
-            f, gW = inner(prob, to_theta(x))
-            return f, chain(x, gW)
-
-        return fg
-
-    N = len(r)
+    coords = _path_coordinates(prob.shape, parametrization, width)
     keep = n_starts + 1  # branches carried from one radius to the next
     S = 2 * n_starts + 1 + (guide is not None)  # the branches, n_starts fresh random points, the guide
-    xs = np.empty((N, dim))
-    kinds = np.empty(N, dtype=object)
-    start_obj = np.empty((N, S))
-    start_cos = np.empty((N, S))
-    iters = np.empty(N, dtype=int)
-    conv = np.empty(N, dtype=bool)
+    record = _PathRecord(len(r), S, coords.dim)
     branches = None
     for j, R in enumerate(r):
-        rho = radius(R)
-        starts = rng.standard_normal((S, dim))
+        rho = coords.radius(R)
+        starts = rng.standard_normal((S, coords.dim))
         starts *= rho / np.linalg.norm(starts, axis=1, keepdims=True)
         if guide is not None:
-            starts[-1] = from_theta(guide[j], R)
-        if branches is not None:
-            nb = len(branches)
-            starts[:nb] = branches * (rho / np.maximum(np.linalg.norm(branches, axis=1, keepdims=True), 1e-300))
-        kind = objective
-        if kind == "auto":
-            th0 = to_theta(starts)  # the most saturated start decides (the plain loss cannot rank it)
-            value = prob.value(th0)
-            rel = np.min(np.exp(prob.log_gap(th0)) / np.where(value > 0, value, np.inf))
-            kind = "loss" if rel >= switch_gap else "log_gap"
-        x, f, it, ok = _ball_descent(make_fg(kind), starts, rho, max_iter, tol)
+            starts[-1] = coords.from_theta(guide[j], R)
+        starts = _rescaled_branches(starts, branches, rho)
+        kind = _auto_objective(prob, coords.to_theta(starts), objective, switch_gap)
+        x, f, it, ok = _ball_descent(_objective_and_grad(prob, coords, kind), starts, rho, max_iter, tol)
         f = np.where(np.isfinite(f), f, np.inf)
         order = np.argsort(f, kind="stable")
-        best = int(order[0])
-        th = to_theta(x).reshape(S, -1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            unit = th / np.linalg.norm(th, axis=1, keepdims=True)
-        start_cos[j] = unit @ unit[best]
-        xs[j], kinds[j], start_obj[j], iters[j], conv[j] = x[best], kind, f, it, ok[best]
-        # carry the best distinct solutions forward: a branch that is second best now may win later
-        picked: list[int] = []
-        for b in order:
-            if np.isfinite(f[b]) and all(unit[b] @ unit[c] < 1 - 1e-9 for c in picked):
-                picked.append(int(b))
-            if len(picked) == keep:
-                break
-        branches = x[picked]
-
-    theta = to_theta(xs)
-    factors = None
-    if parametrization == "kq":
-        K, Q = unpack(xs)
-        factors = (K, Q)
+        unit = _unit_rows(coords.to_theta(x).reshape(S, -1))
+        branches = record.add(j, x, f, it, ok, unit, order, kind, keep)
+    theta = coords.to_theta(record.x)
     return RegularizationPath(
         radii=r,
         theta=theta,
-        objective=kinds.astype(str),
+        objective=record.kinds.astype(str),
         loss=prob.value(theta),
         log_gap=prob.log_gap(theta),
-        norm=constrained_norm(xs),
-        start_objective=start_obj,
-        start_cosine=start_cos,
-        iterations=iters,
-        converged=conv,
+        norm=coords.constrained_norm(record.x),
+        start_objective=record.start_objective,
+        start_cosine=record.start_cosine,
+        iterations=record.iterations,
+        converged=record.converged,
         parametrization=parametrization,
-        factors=factors,
+        factors=coords.factors(record.x),
     )
 
 
@@ -918,6 +974,40 @@ def selection_log_gap(prob: TokenSelectionProblem, select, theta, with_grad: boo
     return lg, sign, grad
 
 
+def _ball_cone_projection(u: np.ndarray, mu: float, min_norm: float) -> Callable:
+    """``project(x, rho)``: onto the ball ∩ cone (:func:`cone_project`), then radially onto ``‖θ‖ ≥ min_norm``."""
+
+    def project(x, rho):
+        x = cone_project(x, u, mu, rho)
+        if min_norm > 0:  # radial push onto ‖θ‖ ≥ R0 (0 goes to the axis)
+            nx = np.linalg.norm(x, axis=1, keepdims=True)
+            x = np.where(nx >= min_norm, x, np.where(nx > 0, x * (min_norm / np.where(nx > 0, nx, 1.0)), min_norm * u))
+        return x
+
+    return project
+
+
+def _random_cone_starts(rng, u: np.ndarray, mu: float, count: int, rho: float) -> np.ndarray:
+    """``count`` random points of norm ``rho`` in the cone ``1 − cos(θ, u) ≤ μ`` (unit axis ``u``): (count, dim)."""
+    beta = np.arccos(1.0 - mu)
+    z = rng.standard_normal((count, u.size))
+    z -= (z @ u)[:, None] * u
+    z /= np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-300)
+    ang = beta * rng.uniform(0.0, 1.0, size=(count, 1)) if beta < np.pi else np.pi * rng.uniform(size=(count, 1))
+    return rho * (np.cos(ang) * u + np.sin(ang) * z)
+
+
+def _signed_selection_objective(prob, sel, mode: np.ndarray) -> Callable:
+    """Per-start objective ``fg(x, rows)``: ``log(L − L_α)`` where ``mode = +1``, ``−log(L_α − L)``
+    where ``mode = −1`` (both increase with L); ``inf`` once a start's excess changes sign."""
+
+    def fg(x, rows):
+        lg, sign, g = selection_log_gap(prob, sel, x.reshape((-1,) + prob.shape), with_grad=True)
+        return np.where(sign == mode[rows], mode[rows] * lg, np.inf), g.reshape(len(x), -1)
+
+    return fg
+
+
 def local_regularization_path(
     prob: TokenSelectionProblem,
     select,
@@ -984,56 +1074,19 @@ def local_regularization_path(
         raise ValueError(f"mu must be in (0, 2], got {mu!r}")
     if not (np.isfinite(min_norm) and 0 <= min_norm < r[0]):
         raise ValueError(f"min_norm must be in [0, radii[0]), got {min_norm!r}")
-    if isinstance(n_starts, bool) or not isinstance(n_starts, (int, np.integer)) or n_starts < 0:
-        raise ValueError(f"n_starts must be a non-negative integer, got {n_starts!r}")
+    _check_count("n_starts", n_starts, 0)
     u = (max_margin(prob, sel).theta if direction is None else np.asarray(direction, float)).ravel()
     u = u / np.linalg.norm(u)
-    dim = u.size
     rng = np.random.default_rng(seed)
-    shape = prob.shape
-    beta = np.arccos(1.0 - mu)
-
-    def project(x, rho):
-        x = cone_project(x, u, mu, rho)
-        if min_norm > 0:  # radial push onto ‖θ‖ ≥ R0 (0 goes to the axis)
-            nx = np.linalg.norm(x, axis=1, keepdims=True)
-            x = np.where(nx >= min_norm, x, np.where(nx > 0, x * (min_norm / np.where(nx > 0, nx, 1.0)), min_norm * u))
-        return x
-
-    def fg_loss(x):
-        f, g = _loss_grad(prob, x.reshape((-1,) + shape))
-        return f, g.reshape(len(x), -1)
-
-    def make_fg_log(mode):  # per start: +1: log(L − L_α); −1: −log(L_α − L); both increase with L
-        def fg_log(x, rows):
-            lg, sign, g = selection_log_gap(prob, sel, x.reshape((-1,) + shape), with_grad=True)
-            return np.where(sign == mode[rows], mode[rows] * lg, np.inf), g.reshape(len(x), -1)
-
-        return fg_log
-
-    def cone_starts(count, rho):
-        z = rng.standard_normal((count, dim))
-        z -= (z @ u)[:, None] * u
-        z /= np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-300)
-        ang = beta * rng.uniform(0.0, 1.0, size=(count, 1)) if beta < np.pi else np.pi * rng.uniform(size=(count, 1))
-        return rho * (np.cos(ang) * u + np.sin(ang) * z)
-
-    N = len(r)
+    coords = _DirectCoordinates(prob.shape)
+    project = _ball_cone_projection(u, mu, min_norm)
     keep = n_starts + 1
     S = 2 * n_starts + 1
-    xs = np.empty((N, dim))
-    kinds = np.empty(N, dtype=object)
-    start_obj = np.empty((N, S))
-    start_cos = np.empty((N, S))
-    iters = np.empty(N, dtype=int)
-    conv = np.empty(N, dtype=bool)
+    record = _PathRecord(len(r), S, coords.dim)
     branches = None
     for j, R in enumerate(r):
-        starts = cone_starts(S, R)
-        if branches is not None:
-            scale = R / np.maximum(np.linalg.norm(branches, axis=1, keepdims=True), 1e-300)
-            starts[: len(branches)] = branches * scale
-        th0 = starts.reshape((-1,) + shape)
+        starts = _rescaled_branches(_random_cone_starts(rng, u, mu, S, R), branches, R)
+        th0 = coords.to_theta(starts)
         lg, sign = selection_log_gap(prob, sel, th0)
         rel = np.exp(lg) / prob.value(th0)
         mode = np.where(sign < 0, -1.0, 1.0)  # each start keeps the sign of its excess
@@ -1042,37 +1095,28 @@ def local_regularization_path(
         else:
             kind = "log_gap" if np.all(mode > 0) else ("neg_log_gap" if np.all(mode < 0) else "mixed_log_gap")
         if kind == "loss":
-            x, f, it, ok = _ball_descent(fg_loss, starts, R, max_iter, tol, project)
+            fg = _objective_and_grad(prob, coords, "loss")
+            x, f, it, ok = _ball_descent(fg, starts, R, max_iter, tol, project)
             mode = np.zeros(S)
         else:
-            x, f, it, ok = _ball_descent(make_fg_log(mode), starts, R, max_iter, tol, project, indexed=True)
+            fg = _signed_selection_objective(prob, sel, mode)
+            x, f, it, ok = _ball_descent(fg, starts, R, max_iter, tol, project, indexed=True)
         f = np.where(np.isfinite(f), f, np.inf)
         order = np.lexsort((f, mode))  # a start below L_α beats every start above it
-        best = int(order[0])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            unit = x / np.linalg.norm(x, axis=1, keepdims=True)
-        start_cos[j] = unit @ unit[best]
-        xs[j], kinds[j], start_obj[j], iters[j], conv[j] = x[best], kind, f, it, ok[best]
-        picked: list[int] = []
-        for b in order:
-            if np.isfinite(f[b]) and all(unit[b] @ unit[c] < 1 - 1e-9 for c in picked):
-                picked.append(int(b))
-            if len(picked) == keep:
-                break
-        branches = x[picked]
-    theta = xs.reshape((N,) + shape)
+        branches = record.add(j, x, f, it, ok, _unit_rows(x), order, kind, keep)
+    theta = coords.to_theta(record.x)
     lg, sign = selection_log_gap(prob, sel, theta)
     return RegularizationPath(
         radii=r,
         theta=theta,
-        objective=kinds.astype(str),
+        objective=record.kinds.astype(str),
         loss=prob.value(theta),
         log_gap=np.where(sign > 0, lg, np.nan),
-        norm=np.linalg.norm(xs, axis=1),
-        start_objective=start_obj,
-        start_cosine=start_cos,
-        iterations=iters,
-        converged=conv,
+        norm=coords.constrained_norm(record.x),
+        start_objective=record.start_objective,
+        start_cosine=record.start_cosine,
+        iterations=record.iterations,
+        converged=record.converged,
         parametrization="direct",
     )
 
