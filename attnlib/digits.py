@@ -164,7 +164,7 @@ def fit_patch_head(X, y, ridge: float = 1.0) -> np.ndarray:
           = \\Big(\\sum_{i,t} x_{it}x_{it}ᵀ + λI\\Big)^{-1} \\sum_{i,t} y_i x_{it}.
 
     Least squares rather than the label SVM: on digits the patches of the two classes are not
-    linearly separable, so the label SVM over *all* patches is infeasible (chapter 6 shows it),
+    linearly separable, so the label SVM over *all* patches is infeasible (:func:`attnlib.label_svm` reports it),
     while the attention theory takes any fixed ``v``. The score ``y_i vᵀ x_it`` then says how much
     patch ``t`` alone speaks for the label of its image.
 
