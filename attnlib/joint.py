@@ -35,7 +35,7 @@ from scipy.special import log_expit
 from .losses import Loss, get_loss
 from .metrics import direction_error, one_minus_cosine, orthogonal_offset
 from .model import JointAttention, check_labels, log_softmax, logsumexp, token_selection
-from .paths import _check_radii, direction_bound
+from .paths import check_radii, direction_bound
 from .svm import LabelSVM, MaxMarginSolution, label_svm, max_margin
 
 __all__ = [
@@ -583,7 +583,7 @@ def joint_log_loss(X, y, keys, p, v, loss) -> np.ndarray:
     log_sigma = log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), keys), axis=-1)
     pooled = np.einsum("...it,...itd->...id", np.exp(log_sigma), X)
     u = np.asarray(y) * np.einsum("...d,...id->...i", np.asarray(v, float), pooled)
-    return logsumexp(_log_loss(loss, u), axis=-1) - np.log(X.shape[-3])
+    return logsumexp(_log_loss(loss, u), axis=-1, precise=True) - np.log(X.shape[-3])
 
 
 def _angle_search(objective, N: int, grid: int, zoom: int, levels: int) -> np.ndarray:
@@ -678,7 +678,7 @@ def joint_regularization_path(
     keys = Xs @ W.T
     if d != 2 or keys.shape[-1] != 2:
         raise ValueError(f"the joint path searches circles: p and v must be 2-D, got d = {d}, d_k = {keys.shape[-1]}")
-    rp, rv = _check_radii(radii_p), np.asarray(radii_v, float)
+    rp, rv = check_radii(radii_p), np.asarray(radii_v, float)
     if rv.shape != rp.shape or np.any(rv <= 0):
         raise ValueError(f"radii_v must be positive with the shape of radii_p {rp.shape}, got {rv.shape}")
     N = len(rp)

@@ -79,15 +79,15 @@ def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False):
+def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False, precise: bool = False):
     """``log Σ exp(x)`` over ``axis``; ``-inf`` where every entry is ``-inf``. The library's one logsumexp.
 
-    Without weights it is the max-subtracted sum ``log Σ exp(x − max) + max`` (the trainers' hot
-    path). With weights ``b`` (broadcastable to ``x``; entries with weight 0 are ignored) it computes
+    By default it is the max-subtracted sum ``log Σ exp(x − max) + max`` (the trainers' hot path).
+    With weights ``b`` (broadcastable to ``x``; entries with weight 0 are ignored) it computes
     ``log |Σ b exp(x)|``, and with ``return_sign=True`` it returns ``(log |Σ b exp(x)|, sign)``
-    (sign 0 and value ``-inf`` for a zero sum). The weighted form adds the largest terms apart and
-    takes ``log1p`` of the rest, exactly as ``scipy.special.logsumexp`` (1.15+) does, so a signed
-    sum that nearly cancels keeps its relative accuracy.
+    (sign 0 and value ``-inf`` for a zero sum). These forms, and ``precise=True``, add the largest
+    terms apart and take ``log1p`` of the rest, exactly as ``scipy.special.logsumexp`` (1.15+)
+    does, so a signed sum that nearly cancels keeps its relative accuracy.
 
     >>> import numpy as np
     >>> float(logsumexp(np.log([1.0, 2.0, 3.0])))  # log 6
@@ -97,7 +97,7 @@ def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False):
     (2.0, -1.0)
     """
     x = np.asarray(x)
-    if b is None and not return_sign:
+    if b is None and not return_sign and not precise:
         top = x.max(axis=axis, keepdims=True)
         top = np.where(np.isfinite(top), top, 0.0)
         with np.errstate(divide="ignore"):

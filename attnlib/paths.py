@@ -320,7 +320,7 @@ class NonlinearHeadAttention:
     def log_gap_from(self, terms: Terms) -> np.ndarray:
         """``log(L − L*)`` (*batch,) from the :class:`attnlib.Terms` of a batch."""
         g_opt = self.gamma[np.arange(self.n), self.opt]
-        return logsumexp(self.loss.log_excess(g_opt, terms.log_delta), axis=-1) - np.log(self.n)
+        return logsumexp(self.loss.log_excess(g_opt, terms.log_delta), axis=-1, precise=True) - np.log(self.n)
 
     def scaled_grad(self, p) -> tuple[np.ndarray, np.ndarray]:
         """``∇L = exp(m) g``: ``(m (*batch,), g (*batch, k))``.
@@ -459,7 +459,11 @@ def _ball_descent(
 # ---------------------------------------------------------------------- the path
 
 
-def _check_radii(radii) -> np.ndarray:
+def check_radii(radii) -> np.ndarray:
+    """``radii`` as a non-empty, positive, finite, strictly increasing (N,) float array, or a ValueError.
+
+    Every path solver warm-starts each radius from the previous one, so the radii must increase.
+    """
     r = np.asarray(radii, dtype=float)
     if r.ndim != 1 or r.size == 0:
         raise ValueError(f"radii must be a non-empty 1-D sequence of radii, got shape {r.shape}")
@@ -468,6 +472,9 @@ def _check_radii(radii) -> np.ndarray:
     if np.any(np.diff(r) <= 0):
         raise ValueError(f"radii must be strictly increasing (each radius warm-starts the next), got {r.tolist()}")
     return r
+
+
+_check_radii = check_radii  # the name used before check_radii was public
 
 
 def _check_count(name: str, value, minimum: int) -> None:
@@ -687,7 +694,7 @@ def regularization_path(
     """
     if not isinstance(prob, (TokenSelectionProblem, NonlinearHeadAttention)):
         raise ValueError(f"prob must be a TokenSelectionProblem or NonlinearHeadAttention, got {type(prob).__name__}")
-    r = _check_radii(radii)
+    r = check_radii(radii)
     _check_count("n_starts", n_starts, 0)
     if parametrization not in PARAMETRIZATIONS:
         raise ValueError(f"parametrization must be one of {list(PARAMETRIZATIONS)}, got {parametrization!r}")
@@ -828,7 +835,7 @@ def ray_margin_bound(prob, theta_mm, radii, norm: str = "fro") -> np.ndarray:
     >>> bool(lo[0] < lo[1] < lo[2] < 1), bool(lo[2] > 0.99)
     (True, True)
     """
-    r = _check_radii(radii)
+    r = check_radii(radii)
     theta_mm = np.asarray(theta_mm, float)
     scale = float(parameter_norm(theta_mm, norm, theta_mm.ndim))
     ray = r.reshape((-1,) + (1,) * theta_mm.ndim) * (theta_mm / scale)
@@ -1066,7 +1073,7 @@ def local_regularization_path(
 
     if not isinstance(prob, TokenSelectionProblem):
         raise ValueError(f"prob must be a TokenSelectionProblem, got {type(prob).__name__}")
-    r = _check_radii(radii)
+    r = check_radii(radii)
     sel = np.asarray(select)
     if sel.shape != (prob.n,) or not np.issubdtype(sel.dtype, np.integer) or np.any((sel < 0) | (sel >= prob.T)):
         raise ValueError(f"select must be {prob.n} token indices in [0, {prob.T - 1}], got {select!r}")
@@ -1253,7 +1260,7 @@ def cone_margin_bound(
     >>> bool(0.9 < lo[0] < lo[1] < 1)
     True
     """
-    r = _check_radii(radii)
+    r = check_radii(radii)
     theta_mm = np.asarray(theta_mm, float)
     nrm = float(np.linalg.norm(theta_mm))
     out = np.full(len(r), -np.inf)

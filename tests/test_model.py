@@ -244,3 +244,4 @@ def test_logsumexp_matches_scipy_with_signs_and_weights(seed):
         logsumexp(near, b=signs, return_sign=True)[0], scipy_logsumexp(near, axis=-1, b=signs, return_sign=True)[0]
     )
     np.testing.assert_allclose(logsumexp(x, axis=0)[1:], scipy_logsumexp(x, axis=0)[1:], rtol=1e-13)
+    np.testing.assert_array_equal(logsumexp(x, axis=0, precise=True), scipy_logsumexp(x, axis=0))
