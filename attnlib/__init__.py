@@ -87,9 +87,20 @@ from .paths import (
     ray_gap_excess,
     ray_margin_bound,
 )
+from .paths import (
+    LocalPathCase,
+    admissible_cone_angle,
+    cone_margin_bound,
+    cone_min_norm,
+    cone_project,
+    local_path_case,
+    local_regularization_path,
+    selection_log_gap,
+)
 from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
+from .joint import JointPath, joint_path_bounds, joint_regularization_path, train_joint_stack
 
 # Self-attention as the papers train it: W = K Qᵀ, the nuclear-norm SVM, the rank-versus-d grid.
 from .factorization import (
@@ -240,4 +251,16 @@ __all__ = [
     "svm_constraints",
     "svm_rank_grid",
     "train_kq",
+    "LocalPathCase",
+    "admissible_cone_angle",
+    "cone_margin_bound",
+    "cone_min_norm",
+    "cone_project",
+    "local_path_case",
+    "local_regularization_path",
+    "selection_log_gap",
+    "JointPath",
+    "joint_path_bounds",
+    "joint_regularization_path",
+    "train_joint_stack",
 ]
