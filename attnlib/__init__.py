@@ -62,6 +62,7 @@ from .metrics import (
     orthogonal_offset,
     selection_mass,
 )
+from .metrics import descent_bound, exponential_rate, gradient_cosine
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
@@ -87,6 +88,7 @@ from .paths import (
     ray_gap_excess,
     ray_margin_bound,
 )
+from .paths import PathAgainstSVM, paths_against_svm, radius_table, regularization_paths, uncertified
 from .paths import (
     LocalPathCase,
     admissible_cone_angle,
@@ -160,6 +162,9 @@ __all__ = [
     "selection_mass",
     "offset_exponent",
     "offset_equilibrium",
+    "descent_bound",
+    "exponential_rate",
+    "gradient_cosine",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",
@@ -195,6 +200,11 @@ __all__ = [
     "parameter_norm",
     "ray_gap_excess",
     "ray_margin_bound",
+    "PathAgainstSVM",
+    "paths_against_svm",
+    "radius_table",
+    "regularization_paths",
+    "uncertified",
     "BasinMap",
     "basin_map",
     "classify_motion",
