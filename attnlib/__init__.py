@@ -66,10 +66,13 @@ from .metrics import descent_bound, exponential_rate, gradient_cosine
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
+from .rates import Comparison, SelectionSweep, compare_methods, late_decay, late_slopes, selection_sweep
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
 from .digits import DigitPatches, digit_patches, fit_patch_head, follow_selection
+from .digits import SelectionStudy, attention_run, gap_cone_start, nested_svms, score_spread, selection_study
+from .digits import train_problems
 from .joint import random_joint_tokens
 from .rates import separable_data
 
@@ -89,6 +92,7 @@ from .paths import (
     ray_margin_bound,
 )
 from .paths import PathAgainstSVM, paths_against_svm, radius_table, regularization_paths, uncertified
+from .paths import MatrixPaths, matrix_paths
 from .paths import (
     LocalPathCase,
     admissible_cone_angle,
@@ -100,6 +104,8 @@ from .paths import (
     selection_log_gap,
 )
 from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
+from .basins import ConeRuns, ScoreBasinExplorer, SelectionAlignment, basin_table, cone_runs, key_plane_grid
+from .basins import ngd_and_gd_basin_maps, selection_alignment
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
 from .joint import JointPath, joint_path_bounds, joint_regularization_path, train_joint_stack
@@ -205,11 +211,21 @@ __all__ = [
     "radius_table",
     "regularization_paths",
     "uncertified",
+    "MatrixPaths",
+    "matrix_paths",
     "BasinMap",
     "basin_map",
     "classify_motion",
     "cone_starts",
     "selection_table",
+    "key_plane_grid",
+    "ngd_and_gd_basin_maps",
+    "basin_table",
+    "ConeRuns",
+    "cone_runs",
+    "SelectionAlignment",
+    "selection_alignment",
+    "ScoreBasinExplorer",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",
@@ -236,10 +252,23 @@ __all__ = [
     "train_joint_problem",
     "half_decade_slopes",
     "inverse_log_vs_power",
+    "Comparison",
+    "SelectionSweep",
+    "compare_methods",
+    "late_decay",
+    "late_slopes",
+    "selection_sweep",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",
     "follow_selection",
+    "SelectionStudy",
+    "attention_run",
+    "gap_cone_start",
+    "nested_svms",
+    "score_spread",
+    "selection_study",
+    "train_problems",
     "CHECK_MIME",
     "STATUSES",
     "Check",
