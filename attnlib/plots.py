@@ -1054,7 +1054,7 @@ def basin_explorer_frame(ax, kind, limits, prob: TokenSelectionProblem, path, ti
     path = np.asarray(path, float)
     ax.plot(path[:, 0], path[:, 1], color="k", lw=1.2)
     ax.plot(*path[0, :2], "ko", ms=5)
-    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="$p_1(0)$", ylabel="$p_2(0)$")
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="p₁(0)", ylabel="p₂(0)")  # no mathtext: redrawn per position
     ax.set_title(title, fontsize=9)
     return ax
 
@@ -1137,6 +1137,7 @@ def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, thet
     ``1 − cos(θ(t), θ_mm)`` against ``t`` on log axes. Returns the Figure.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogFormatter, LogLocator, NullLocator
 
     from .metrics import one_minus_cosine
 
@@ -1149,18 +1150,22 @@ def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, thet
     margin_strips(ax, prob, theta_mm, label=False)
     tokens(ax, prob, annotate_scores=False, size=50)
     reach = max(12.0, 1.1 * float(np.abs(theta[:, :2]).max()))
-    direction(ax, theta_mm, length=2 * reach, label=r"$p^{\mathrm{mm}\star}$")
+    direction(ax, theta_mm, length=2 * reach, label="p_mm*")
     ax.plot(theta[:, 0], theta[:, 1], "k", lw=1.5, label=f"path, {int(steps[-1])} steps")
-    ax.plot(*theta[0, :2], "o", color="tab:orange", ms=7, zorder=7, label="$p(0)$")
-    ax.set(xlim=(-reach / 2, reach), ylim=(-reach / 2, reach / 2), xlabel="$p_1$", ylabel="$p_2$")
+    ax.plot(*theta[0, :2], "o", color="tab:orange", ms=7, zorder=7, label="p(0)")
+    ax.set(xlim=(-reach / 2, reach), ylim=(-reach / 2, reach / 2), xlabel="p₁", ylabel="p₂")
     ax.set_aspect("equal")
     ax.legend(loc="lower right", fontsize=7)
     later = steps > 0
     axes[1].loglog(steps[later], one_minus_cosine(theta[later], theta_mm), "k")
-    axes[1].set(xlabel="iteration $t$", ylabel=r"$1-\cos(p(t), p^{\mathrm{mm}\star})$")
+    axes[1].set(xlabel="iteration t", ylabel="1 − cos(p(t), p_mm*)")  # plain text: TeX costs a parse per picture
+    axes[1].yaxis.set_major_locator(LogLocator(numticks=4))
+    for axis in (axes[1].xaxis, axes[1].yaxis):
+        axis.set_minor_locator(NullLocator())  # log-axis minor ticks are most of the rendering time
+        axis.set_major_formatter(LogFormatter())  # plain-text labels: parsing TeX ones costs more
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.85, wspace=0.3)  # no tight_layout: one draw
     return fig
 
 
