@@ -66,6 +66,7 @@ from .metrics import descent_bound, exponential_rate, gradient_cosine
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
+from .rates import Comparison, SelectionSweep, compare_methods, late_decay, late_slopes, selection_sweep
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
@@ -239,6 +240,12 @@ __all__ = [
     "train_joint_problem",
     "half_decade_slopes",
     "inverse_log_vs_power",
+    "Comparison",
+    "SelectionSweep",
+    "compare_methods",
+    "late_decay",
+    "late_slopes",
+    "selection_sweep",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",
