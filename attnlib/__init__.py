@@ -102,6 +102,8 @@ from .paths import (
     selection_log_gap,
 )
 from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
+from .basins import ConeRuns, ScoreBasinExplorer, SelectionAlignment, basin_table, cone_runs, key_plane_grid
+from .basins import ngd_and_gd_basin_maps, selection_alignment
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
 from .joint import JointPath, joint_path_bounds, joint_regularization_path, train_joint_stack
@@ -214,6 +216,14 @@ __all__ = [
     "classify_motion",
     "cone_starts",
     "selection_table",
+    "key_plane_grid",
+    "ngd_and_gd_basin_maps",
+    "basin_table",
+    "ConeRuns",
+    "cone_runs",
+    "SelectionAlignment",
+    "selection_alignment",
+    "ScoreBasinExplorer",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",

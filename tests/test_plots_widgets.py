@@ -661,3 +661,54 @@ def test_chapter_2_explorer_solves_a_readers_seed_and_radius_live(tmp_path, monk
     printed = "".join(o.get("text", "") for o in result.cells[at + 1].outputs)  # +1: papermill's injected cell
     assert printed.startswith("LIVE VBox True True True"), printed
     assert "R = 3.0" in printed and "seed = 7" in printed, printed
+
+
+def test_local_convergence_figures_draw_what_they_say():
+    prob = al.datasets.single_input(local=True)
+    reports = al.enumerate_selections(prob)
+    p_mm = {r.select[0] + 1: r.solution.theta for r in reports}
+    fig, ax = plt.subplots()
+    theta = al.train(prob, al.datasets.SINGLE_INPUT_INITS[:2], 20, "ngd", 0.1).theta
+    al.plots.paths_to_two_directions(ax, prob, theta, p_mm[1], p_mm[2], "local", ":")
+    rays = [line for line in ax.get_lines() if line.get_label() in ("global p_mm*", "local")]
+    assert [r.get_linestyle() for r in rays] == ["--", ":"] and ax.get_xlim() == (-4, 12)
+    assert rays[0].get_color() == al.plots.COLORS["global"]
+
+    runs = al.cone_runs(prob, p_mm, 3, mu=1e-3, radius=20.0, steps=20, ngd_lr=0.1, gd_lr=1.0, rng=0)
+    fig, axes = plt.subplots(1, 2)
+    al.plots.cone_run_curves(axes, runs, {1: "r", 2: "b", 3: "g"})
+    assert len(axes[0].get_lines()) == 9 + 1  # one curve per run, and the cone's edge
+    assert len(axes[1].get_lines()) == 2 * 9 + 1  # NGD and GD per run, and the legend's GD entry
+
+    maps = {"ngd": al.basin_map(prob, al.key_plane_grid(-4.0, 8.0, 4), 40, "ngd", 0.5)}
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    al.plots.basin_maps_panels(axes[0], maps, -4.0, 8.0, prob, al.datasets.SINGLE_INPUT_INITS, [1.0, 0.1, 0.0])
+    assert axes[0, 0].images[0].get_array().shape == (4, 4) and axes[0, 0].get_title().startswith("NGD: global")
+
+    fig, ax = plt.subplots()
+    al.plots.basin_explorer_frame(ax, np.zeros((3, 3), int), (-4.0, 8.0), prob, [[6.0, -3.0], [7.0, -2.0]], "t")
+    assert ax.lines[0].get_xydata().tolist() == [[6.0, -3.0], [7.0, -2.0]] and ax.get_title() == "t"
+
+
+def test_selection_alignment_and_local_path_curves():
+    probs = [al.datasets.random_tokens(3, 4, 5, seed=s, queries="cross") for s in range(2)]
+    traj = al.train(al.stack_problems(probs), np.zeros((5, 5)), 100, "ngd", 0.1, record_every=50)
+    align = al.selection_alignment(probs, traj)
+    fig, axes = plt.subplots(1, 2)
+    al.plots.selection_alignment_curves(axes, traj.steps, align)
+    assert axes[0].get_lines()[0].get_xdata().tolist() == [50, 100]  # step 0 (W = 0) skipped
+    assert [line.get_label() for line in axes[1].get_lines()] == ["corr(W(t), W_mm(α̂))", "corr(W(t), W_mm(opt))"]
+
+    prob = al.datasets.single_input(local=True)
+    cases = [
+        ("Fig. 1(b)", al.paths.local_path_case(prob, r.solution, per_decade=1, n_starts=1))
+        for r in al.enumerate_selections(prob)
+        if r.feasible
+    ]
+    fig, axes = plt.subplots(1, 2)
+    al.plots.local_path_curves(axes, cases)
+    n_local = sum(c.locally_optimal for _, c in cases)
+    assert len(axes[0].get_lines()) == 3 * n_local  # path, bound and μ per locally-optimal selection
+    assert len(axes[1].get_lines()) == 2 * (len(cases) - n_local)
+    table = al.paths.local_path_table(cases)
+    assert table.count("\n") == len(cases) + 1 and "| Fig. 1(b) | (3,) | no | all above |" in table
