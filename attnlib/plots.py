@@ -1206,3 +1206,29 @@ def margin_deficits_and_spectra(mat, figsize=(10, 4)):
 
 
 __all__ += ["NORM_COLORS", "margin_deficits_and_spectra"]
+
+
+def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=None):
+    """Two panels of a GD/NGD/Polyak comparison (a :class:`attnlib.rates.Comparison`, any subset of
+    the methods): the direction error, and ``−log10 max_i(1 − σ_i,opt)`` with NGD's predicted line
+    ``η t/(‖W_mm‖ ln 10)`` (``wmm``: the median ``‖W_mm‖``) when NGD is shown. ``members``: the columns
+    drawn; ``upto``: the last iteration drawn. Returns a Figure (1 × 2)."""
+    import matplotlib.pyplot as plt
+
+    runs, cur = comparison.runs, comparison.curves
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
+    method_bands(axes[0], runs, {m: cur[m]["direction_error"] for m in runs}, labels, members, upto=upto)
+    mass = {m: cur[m]["log_mass"] for m in runs}
+    method_bands(axes[1], runs, mass, None, members, upto=upto, transform=lambda y: -y / np.log(10))
+    if "ngd" in runs:
+        t = runs["ngd"].steps[1:]
+        t = t[t <= (t[-1] if upto is None else upto)]
+        axes[1].plot(t, lr_ngd * t / wmm / np.log(10), "k:", lw=1, label=r"$\eta t/(\|W^{mm}\| \ln 10)$ (NGD)")
+    axes[0].set(xlabel="iteration $t$", ylabel="direction error", ylim=(1e-4, 2))
+    axes[1].set(xlabel="iteration $t$", ylabel=r"$-\log_{10}\max_i(1-\sigma_{i,\mathrm{opt}})$", ylim=(0.03, 2e3))
+    axes[0].legend(loc="lower left", fontsize=7)
+    axes[1].legend(loc="upper left", fontsize=7)
+    return fig
+
+
+__all__ += ["rates_overview"]

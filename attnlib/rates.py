@@ -659,3 +659,108 @@ __all__ += [
     "SelectionSweep",
     "selection_sweep",
 ]
+
+
+def reduced_tokens(n: int, T: int, d: int, seeds, size: int | None = None, **family) -> list[Reduced]:
+    """One :func:`attnlib.datasets.random_tokens` problem per seed, each :func:`reduce_to_span`.
+
+    ``family`` goes to ``random_tokens`` (``family``, ``queries``, ``loss``...); ``size`` is the
+    common reduced dimension (``n(T − 1)`` makes problems of every ``d`` stackable).
+
+    >>> import attnlib as al
+    >>> batch = al.rates.reduced_tokens(3, 4, 16, [0, 1], size=9, family="global")
+    >>> [r.problem.shape for r in batch], batch[0].source.shape
+    ([(9,), (9,)], (16, 16))
+    """
+    from . import datasets
+
+    return [reduce_to_span(datasets.random_tokens(n, T, d, s, **family), size=size) for s in seeds]
+
+
+#: The rows of :func:`fitted_rates_table`: quantity, then (shape, measured-as) for GD, NGD and Polyak.
+FITTED_RATES = (
+    ("‖W_t‖", ("‖W_mm‖ log t + O(1)", "slope vs log t / ‖W_mm‖", "gd_norm_logt"),
+     ("η t", "slope / η", "ngd_norm_t"), ("linear", "per step", "polyak_norm_t")),
+    ("direction error", ("1/log t", "apparent exponent of t", "gd_dist_exponent"),
+     ("polynomial", "exponent of t", "ngd_dist_exponent"), ("polynomial", "exponent of t", "polyak_dist_exponent")),
+    ("1 − σ_opt", ("1/t", "exponent of t", "gd_mass_exponent"),
+     ("exp(−η t/‖W_mm‖)", "rate / (η/‖W_mm‖)", "ngd_mass_rate"),
+     ("exp(−‖W_t‖/‖W_mm‖)", "rate per unit norm × ‖W_mm‖", "polyak_mass_rate")),
+    ("L − L*", ("1/t", "exponent of t", "gd_gap_exponent"), ("exp(−Θ(t))", "rate / (η/‖W_mm‖)", "ngd_gap_rate"),
+     ("exponential", "rate per unit norm × ‖W_mm‖", "polyak_gap_rate")),
+)  # fmt: skip
+
+
+def fitted_rates_table(rates: dict, digits: int = 3) -> str:
+    """A Markdown table of fitted rates next to the expected shapes, for GD, NGD and Polyak.
+
+    ``rates``: the measured values under the keys of :data:`FITTED_RATES` (e.g. ``"ngd_mass_rate"``).
+
+    >>> import attnlib as al
+    >>> keys = [cell[2] for row in al.rates.FITTED_RATES for cell in row[1:]]
+    >>> table = al.rates.fitted_rates_table(dict.fromkeys(keys, 1.0))
+    >>> table.count("\\n"), "rate / (η/‖W_mm‖) = 1.000" in table
+    (5, True)
+    """
+    lines = [
+        "| quantity | GD: shape | GD: measured | NGD: shape | NGD: measured | Polyak: shape | Polyak: measured |",
+        "|---" * 7 + "|",
+    ]
+    for quantity, *cells in FITTED_RATES:
+        row = [f"{shape} | {label} = {rates[key]:.{digits}f}" for shape, label, key in cells]
+        lines.append(f"| {quantity} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def local_selection_table(entries) -> str:
+    """A Markdown table of runs that end at a selection ``α ≠ opt``: ``entries`` of
+    ``(d, data seed, local_selection(...) dict)`` (:func:`local_selection`)."""
+    lines = [
+        "| d | data seed | sequences off opt | α locally optimal | opt token an SVM-neighbour of α "
+        "| distance to W_mm(α) | distance to W_mm |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for dd, s, w in entries:
+        lines.append(
+            f"| {dd} | {s} | {w['off'].tolist()} | {w['locally_optimal']} | {'yes' if w['neighbour'] else 'no'} "
+            f"| {w['to_local']:.3f} | {w['to_opt']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+__all__ += ["reduced_tokens", "FITTED_RATES", "fitted_rates_table", "local_selection_table"]
+
+
+def off_opt_runs(problems: Sequence[TokenSelectionProblem], comparison: Comparison, solutions) -> dict:
+    """The runs of a GD/NGD :class:`Comparison` that end off an optimal token, among problems whose
+    W-SVM of opt is feasible (``solutions[k]`` not None).
+
+    Returns ``{"gd_slow": [k...], "gd_local": [k...], "ngd_local": [(k, local_selection(...))...]}``:
+    GD runs off opt where NGD reached opt on the same problem (slow, not trapped), GD runs off opt
+    where NGD is too, and each NGD run off opt with where it heads (:func:`local_selection`).
+    """
+    feasible = [s is not None for s in solutions]
+    ngd_off = [int(k) for k in ends_off_opt(problems, comparison.runs["ngd"]) if feasible[k]]
+    gd_off = [int(k) for k in ends_off_opt(problems, comparison.runs["gd"]) if feasible[k]]
+    final = comparison.runs["ngd"].final
+    return {
+        "gd_slow": [k for k in gd_off if k not in ngd_off],
+        "gd_local": [k for k in gd_off if k in ngd_off],
+        "ngd_local": [(k, local_selection(problems[k], final[k], solutions[k])) for k in ngd_off],
+    }
+
+
+def feasibility_table(groups, solutions, name: str = "d") -> str:
+    """A Markdown table, per group (e.g. the dimension ``d`` of each problem): problems, feasible
+    W-SVMs (``solutions[k]`` not None) and their median ``‖W_mm‖ = 1/margin``."""
+    groups = np.asarray(groups)
+    norms = np.array([1 / s.margin if s is not None else np.nan for s in solutions])
+    lines = [f"| {name} | problems | W-SVM feasible | median ‖W_mm‖ |", "|---|---|---|---|"]
+    for g in dict.fromkeys(groups.tolist()):
+        sel = (groups == g) & np.isfinite(norms)
+        median = f"{np.median(norms[sel]):.3f}" if sel.any() else "–"
+        lines.append(f"| {g} | {np.sum(groups == g)} | {sel.sum()} | {median} |")
+    return "\n".join(lines)
+
+
+__all__ += ["off_opt_runs", "feasibility_table"]
