@@ -71,6 +71,8 @@ from .rates import Comparison, SelectionSweep, compare_methods, late_decay, late
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
 from .digits import DigitPatches, digit_patches, fit_patch_head, follow_selection
+from .digits import SelectionStudy, attention_run, gap_cone_start, nested_svms, score_spread, selection_study
+from .digits import train_problems
 from .joint import random_joint_tokens
 from .rates import separable_data
 
@@ -260,6 +262,13 @@ __all__ = [
     "digit_patches",
     "fit_patch_head",
     "follow_selection",
+    "SelectionStudy",
+    "attention_run",
+    "gap_cone_start",
+    "nested_svms",
+    "score_spread",
+    "selection_study",
+    "train_problems",
     "CHECK_MIME",
     "STATUSES",
     "Check",

@@ -386,6 +386,7 @@ def joint_angles(ax, steps, p, svms, v=None, predicted=None, ylim=(1e-4, 200.0),
         ax.plot(steps, angle_degrees(v, svms.label.v), color=COLORS["v"], label="v to " + lab["vmm"])
     ax.set_yscale("log")
     ax.set_ylim(*ylim)
+    ax.minorticks_off()  # labelled decades only: minor log ticks double the cost of the figure
     ax.set_xlabel("iteration")
     return ax
 
@@ -425,6 +426,7 @@ def loss_angles(axes, trajectories: dict, svms, head_reference, colors=None):
     axes[1].plot([], [], color="k", ls=":", label=r"to $\sum_i y_i x_{i\alpha_i}$")
     for ax, title in zip(axes, ("attention $p$", "head $v$")):
         ax.set(yscale="log", ylim=(1e-3, 200), xlabel="iteration", ylabel="angle (degrees)", title=title)
+        ax.minorticks_off()
         ax.legend(fontsize=8)
     return axes
 
@@ -800,6 +802,7 @@ def radius_angles(ax, radii, p, svms, label: str, **style):
     if svms.separation > 1e-3:
         ax.plot(radii, angle_degrees(p, svms.full.theta), color="0.5", label=f"{label}: ∠(p̄, full)", **style)
     ax.set(xscale="log", yscale="log", xlabel="attention radius R_p", ylabel="angle (degrees)")
+    ax.minorticks_off()
     return ax
 
 
