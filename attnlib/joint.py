@@ -157,7 +157,10 @@ def joint_svms(X, y, select, W=None) -> JointSVMs:
 def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
     """Unit direction ``p̂(ρ)`` predicted for ``p`` when ``‖v‖/‖p‖ → ρ`` (module docstring).
 
-    A second-order cone program (cvxpy, CLARABEL). ``rho = 0`` returns the full p-SVM direction;
+    A second-order cone program, ``max τ`` s.t. ``⟨p, k_iα_i − k_it⟩ + ρ(m_i − min_j m_j) ≥ τ``,
+    ``⟨p, k_iα_i − k_it⟩ ≥ 0``, ``‖p‖ ≤ 1``, solved exactly by bisection on ``τ`` over least-distance
+    problems (:func:`_balanced_by_bisection`; no cvxpy import), with cvxpy (CLARABEL) as the
+    fallback when that answer cannot be certified. ``rho = 0`` returns the full p-SVM direction;
     a large ``rho`` the relaxed one. This is a derivation of this book, not a result of [MMTS].
 
     >>> import attnlib as al
@@ -166,8 +169,6 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
     >>> [round(float(c), 3) for c in p]
     [0.991, 0.134]
     """
-    import cvxpy as cp
-
     if not np.isfinite(rho) or rho < 0:
         raise ValueError(f"rho must be a finite number >= 0, got {rho!r}")
     n, T, dk = svms.keys.shape
@@ -175,6 +176,11 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
     rows[np.arange(n), svms.select] = False
     diffs = (svms.keys[np.arange(n), svms.select][:, None, :] - svms.keys)[rows]
     shift = (rho * (svms.label_margins - svms.label_margins.min()))[:, None] * np.ones((1, T))
+    exact = _balanced_by_bisection(diffs, shift[rows])
+    if exact is not None:
+        return exact
+    import cvxpy as cp
+
     p, tau = cp.Variable(dk), cp.Variable()
     constraints = [diffs @ p + shift[rows] >= tau, diffs @ p >= 0, cp.norm(p) <= 1]
     problem = cp.Problem(cp.Maximize(tau), constraints)
@@ -183,6 +189,54 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
         raise RuntimeError(f"balanced direction: solver status {problem.status!r}")
     p = np.asarray(p.value, float)
     return p / np.linalg.norm(p)
+
+
+def _min_norm_point(D: np.ndarray, h: np.ndarray):
+    """``argmin ‖p‖`` s.t. ``D p ≥ h`` (Lawson–Hanson's least-distance problem via NNLS), or None if infeasible."""
+    from scipy.optimize import nnls
+
+    if not np.any(h > 0):
+        return np.zeros(D.shape[1])
+    E = np.vstack([D.T, h[None, :]])
+    f = np.zeros(E.shape[0])
+    f[-1] = 1.0
+    try:
+        u, _ = nnls(E, f, maxiter=50 * max(E.shape))
+    except RuntimeError:
+        return None
+    r = E @ u - f
+    if not np.isfinite(r).all() or -r[-1] <= 1e-12:
+        return None
+    return -r[:-1] / r[-1]
+
+
+def _balanced_by_bisection(D: np.ndarray, s: np.ndarray, rtol: float = 1e-13):
+    """Unit ``p`` maximising ``min(D p + s)`` s.t. ``D p ≥ 0``, ``‖p‖ ≤ 1``; None if not certified.
+
+    For a level ``τ`` the constraints ``D p ≥ max(τ − s, 0)`` have a least-norm point whose norm
+    grows with ``τ``; the optimum ``τ*`` is the largest level where it is ``≤ 1``, and there the
+    least-norm point (unique) is the optimal ``p``. Bisection on ``τ`` between 0 (``p = 0``) and
+    ``min_i(s_i + ‖D_i‖)`` (above it row ``i`` is unreachable in the unit ball). The answer is
+    returned only if it attains the bracket's level, is feasible, and ``τ* > 0``.
+    """
+    lo, hi = 0.0, float(np.min(s + np.linalg.norm(D, axis=1)))
+    for _ in range(200):
+        if hi - lo <= rtol * max(1.0, hi):
+            break
+        mid = 0.5 * (lo + hi)
+        p = _min_norm_point(D, np.maximum(mid - s, 0.0))
+        if p is not None and np.linalg.norm(p) <= 1.0:
+            lo = mid
+        else:
+            hi = mid
+    p = _min_norm_point(D, np.maximum(lo - s, 0.0))
+    if p is None or lo <= 1e-9 or not np.isfinite(p).all() or np.linalg.norm(p) == 0:
+        return None
+    p = p / np.linalg.norm(p)
+    scale = max(1.0, float(np.abs(D).max()))
+    if np.min(D @ p) < -1e-9 * scale or np.min(D @ p + s) < lo - 1e-8 * scale:
+        return None
+    return p
 
 
 def random_joint_tokens(

@@ -374,3 +374,39 @@ def test_joint_path_rows_and_table_read_the_path_against_the_svms():
     table = al.joint.joint_path_table({("paper", 2.0): rows}, {"paper": ["tight", "relaxed"]})
     lines = table.splitlines()
     assert len(lines) == 4 and lines[2].startswith("| tight | 2 |") and lines[3].endswith("| relaxed |")
+
+
+def _balanced_by_cvxpy(svms, rho):
+    import cvxpy as cp
+
+    n, T, dk = svms.keys.shape
+    rows = np.ones((n, T), bool)
+    rows[np.arange(n), svms.select] = False
+    D = (svms.keys[np.arange(n), svms.select][:, None, :] - svms.keys)[rows]
+    s = (rho * (svms.label_margins - svms.label_margins.min()))[:, None].repeat(T, 1)[rows]
+    p, tau = cp.Variable(dk), cp.Variable()
+    cp.Problem(cp.Maximize(tau), [D @ p + s >= tau, D @ p >= 0, cp.norm(p) <= 1]).solve(solver=cp.CLARABEL)
+    return p.value, D, s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_balanced_direction_by_bisection_matches_the_cone_program_without_falling_back(seed, monkeypatch):
+    """The exact bisection answers (no cvxpy fallback), and its objective is at least the SOCP solver's."""
+    import attnlib.joint as joint
+
+    def no_fallback(D, s):
+        p = bisect(D, s)
+        assert p is not None
+        return p
+
+    bisect = joint._balanced_by_bisection
+    monkeypatch.setattr(joint, "_balanced_by_bisection", no_fallback)
+    X, y = al.random_joint_tokens(n=6, d=2, seed=[seed, 7])
+    D_ = al.planted_tokens(6, 4, 4, seed=seed)
+    for svms in (al.joint_svms(X, y, select=1), al.decoder_svms(al.joint_self_attention(D_.X, D_.y), D_.signal)):
+        for rho in (0.0, 1.0, 5.0):
+            p = al.balanced_direction(svms, rho)
+            q, D, s = _balanced_by_cvxpy(svms, rho)
+            assert abs(np.linalg.norm(p) - 1) < 1e-12 and np.min(D @ p) >= -1e-9
+            assert np.min(D @ p + s) >= np.min(D @ q + s) - 1e-8  # as good as the SOCP, to its tolerance
+            assert al.angle_degrees(p, q) < 1e-2
