@@ -477,7 +477,8 @@ class SelectionStudy:
         problems, solutions: as :func:`nested_svms`, keyed ``(kind, n)``.
         record: (R,) the NGD record steps (log-spaced, with ``steps // 4`` and ``min(gd_steps, steps)``).
         window: index of ``steps // 4`` in ``record``, the start of the direction check's window.
-        ngd: ``(kind, n, start) → (R, *shape)`` with ``start`` ``"zero"`` or ``"cone"`` (feasible only).
+        ngd: ``(kind, n, start) → (R, *shape)`` with ``start`` ``"zero"`` or ``"cone"`` (feasible only),
+            and the ``extra`` runs by name.
         gd: ``(kind, n) → (2, *shape)``, the GD start and end.
         results: ``(kind, n, method, start) →`` :func:`follow_selection` dict, plus ``omc_opt``
             (``1 − cos`` with ``θ_mm(opt)``, NaN if infeasible) and, for NGD, ``saturated_at_gd`` (the
@@ -589,6 +590,7 @@ def selection_study(
     cone_scale: float,
     saturation: float = 0.99,
     rng=None,
+    extra: dict | None = None,
 ) -> SelectionStudy:
     """Train every problem with NGD from zero and from the cone, and GD from zero; follow every run.
 
@@ -596,7 +598,8 @@ def selection_study(
     optimal-patch SVM is feasible, at :func:`gap_cone_start` with ``cone_scale``; GD (step ``lr_gd``,
     ``gd_steps`` iterations) starts at zero. Each run is measured by :func:`follow_selection` against
     the SVM of its own final selection (one SVM cache per problem). Batched by :func:`train_problems`.
-    ``problems`` and ``solutions`` as returned by :func:`nested_svms`.
+    ``problems`` and ``solutions`` as returned by :func:`nested_svms`. ``extra``: more NGD runs to
+    train in the same batches, ``{name: (problem, start)}``; their trajectories are ``ngd[name]``.
 
     >>> import attnlib as al
     >>> data = al.digit_patches(n=40, seed=0)
@@ -621,8 +624,10 @@ def selection_study(
         for key in keys
         if solutions[key] is not None
     ]
-    out = train_problems([problems[k] for k, _, _ in pairs], [t for _, _, t in pairs], steps, "ngd", lr, record)
-    ngd = {key + (start,): theta for (key, start, _), theta in zip(pairs, out)}
+    named = [(key + (start,), problems[key], t) for key, start, t in pairs]
+    named += [(name, prob, np.asarray(t, float)) for name, (prob, t) in (extra or {}).items()]
+    out = train_problems([p for _, p, _ in named], [t for _, _, t in named], steps, "ngd", lr, record)
+    ngd = {name: theta for (name, _, _), theta in zip(named, out)}
     zeros = [np.zeros(problems[k].shape) for k in keys]
     gd = dict(zip(keys, train_problems([problems[k] for k in keys], zeros, gd_steps, "gd", lr_gd, [0, gd_steps])))
     results = {}
