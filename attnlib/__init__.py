@@ -67,13 +67,17 @@ from .metrics import (
     orthogonal_offset,
     selection_mass,
 )
+from .metrics import descent_bound, exponential_rate, gradient_cosine
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
+from .rates import Comparison, SelectionSweep, compare_methods, late_decay, late_slopes, selection_sweep
 
 # Data: the papers' instances by name and the seeded random families.
 from . import datasets
 from .digits import DigitPatches, digit_patches, fit_patch_head, follow_selection
+from .digits import SelectionStudy, attention_run, gap_cone_start, nested_svms, score_spread, selection_study
+from .digits import train_problems
 from .joint import random_joint_tokens
 from .rates import separable_data
 
@@ -92,9 +96,24 @@ from .paths import (
     ray_gap_excess,
     ray_margin_bound,
 )
+from .paths import PathAgainstSVM, paths_against_svm, radius_table, regularization_paths, uncertified
+from .paths import MatrixPaths, matrix_paths
+from .paths import (
+    LocalPathCase,
+    admissible_cone_angle,
+    cone_margin_bound,
+    cone_min_norm,
+    cone_project,
+    local_path_case,
+    local_regularization_path,
+    selection_log_gap,
+)
 from .basins import BasinMap, basin_map, classify_motion, cone_starts, selection_table
+from .basins import ConeRuns, ScoreBasinExplorer, SelectionAlignment, basin_table, cone_runs, key_plane_grid
+from .basins import ngd_and_gd_basin_maps, selection_alignment
 from .joint import ALIGNMENT_CLASSES, JointSVMs, balanced_direction, classify_alignment, joint_svms
 from .joint import RandomJointRuns, offset_tolerance, random_joint_runs
+from .joint import JointPath, joint_path_bounds, joint_regularization_path, train_joint_stack
 
 # Self-attention as the papers train it: W = K Qᵀ, the nuclear-norm SVM, the rank-versus-d grid.
 from .factorization import (
@@ -154,6 +173,9 @@ __all__ = [
     "selection_mass",
     "offset_exponent",
     "offset_equilibrium",
+    "descent_bound",
+    "exponential_rate",
+    "gradient_cosine",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",
@@ -198,11 +220,26 @@ __all__ = [
     "parameter_norm",
     "ray_gap_excess",
     "ray_margin_bound",
+    "PathAgainstSVM",
+    "paths_against_svm",
+    "radius_table",
+    "regularization_paths",
+    "uncertified",
+    "MatrixPaths",
+    "matrix_paths",
     "BasinMap",
     "basin_map",
     "classify_motion",
     "cone_starts",
     "selection_table",
+    "key_plane_grid",
+    "ngd_and_gd_basin_maps",
+    "basin_table",
+    "ConeRuns",
+    "cone_runs",
+    "SelectionAlignment",
+    "selection_alignment",
+    "ScoreBasinExplorer",
     "ALIGNMENT_CLASSES",
     "JointSVMs",
     "angle_degrees",
@@ -229,10 +266,23 @@ __all__ = [
     "train_joint_problem",
     "half_decade_slopes",
     "inverse_log_vs_power",
+    "Comparison",
+    "SelectionSweep",
+    "compare_methods",
+    "late_decay",
+    "late_slopes",
+    "selection_sweep",
     "DigitPatches",
     "digit_patches",
     "fit_patch_head",
     "follow_selection",
+    "SelectionStudy",
+    "attention_run",
+    "gap_cone_start",
+    "nested_svms",
+    "score_spread",
+    "selection_study",
+    "train_problems",
     "CHECK_MIME",
     "STATUSES",
     "Check",
@@ -254,4 +304,16 @@ __all__ = [
     "svm_constraints",
     "svm_rank_grid",
     "train_kq",
+    "LocalPathCase",
+    "admissible_cone_angle",
+    "cone_margin_bound",
+    "cone_min_norm",
+    "cone_project",
+    "local_path_case",
+    "local_regularization_path",
+    "selection_log_gap",
+    "JointPath",
+    "joint_path_bounds",
+    "joint_regularization_path",
+    "train_joint_stack",
 ]

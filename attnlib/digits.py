@@ -21,10 +21,23 @@ on patches, which gives every patch a score ``γ_it = y_i vᵀ x_it`` ([MMTS] pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["DigitPatches", "digit_patches", "fit_patch_head", "follow_selection"]
+__all__ = [
+    "DigitPatches",
+    "digit_patches",
+    "fit_patch_head",
+    "follow_selection",
+    "score_spread",
+    "nested_svms",
+    "gap_cone_start",
+    "train_problems",
+    "SelectionStudy",
+    "selection_study",
+    "attention_run",
+]
 
 #: Side of a scikit-learn digit image, in pixels.
 IMAGE_SIZE = 8
@@ -124,8 +137,6 @@ def digit_patches(digits=(3, 8), patch: int = 4, n: int | None = None, seed=0, p
     >>> data.X.shape, data.y.tolist()
     ((6, 16, 20), [1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
     """
-    from sklearn.datasets import load_digits
-
     digits = tuple(digits)
     if len(digits) != 2:
         raise ValueError(f"digits must be two digit classes, got {digits!r}")
@@ -137,21 +148,21 @@ def digit_patches(digits=(3, 8), patch: int = 4, n: int | None = None, seed=0, p
         raise ValueError(f"patch must divide {IMAGE_SIZE} (1, 2, 4 or 8), got {patch}")
     if isinstance(pos_scale, bool) or not np.isfinite(pos_scale) or pos_scale <= 0:
         raise ValueError(f"pos_scale must be a positive finite number, got {pos_scale!r}")
-    raw = load_digits()
+    raw_images, target = _digits_table()  # scikit-learn's load_digits(), without importing scikit-learn
     rng = np.random.default_rng(seed)
-    rows = [rng.permutation(np.flatnonzero(raw.target == c)) for c in (a, b)]
+    rows = [rng.permutation(np.flatnonzero(target == c)) for c in (a, b)]
     m = min(len(r) for r in rows)
     order = np.concatenate([np.stack([rows[0][:m], rows[1][:m]], axis=1).ravel(), rows[0][m:], rows[1][m:]])
     if n is not None:
         n = _check_int("n", n, 1, len(order))
         order = order[:n]
-    images = raw.images[order] / 16.0
+    images = raw_images[order] / 16.0
     g = IMAGE_SIZE // patch
     T = g * g
     pixels = images.reshape(-1, g, patch, g, patch).transpose(0, 1, 3, 2, 4).reshape(-1, T, patch * patch)
     code = np.broadcast_to(float(pos_scale) * np.eye(T), (len(order), T, T))
     X = np.concatenate([pixels, code], axis=-1)
-    y = np.where(raw.target[order] == a, 1.0, -1.0)
+    y = np.where(target[order] == a, 1.0, -1.0)
     return DigitPatches(X, y, images, order, (a, b), patch, float(pos_scale))
 
 
@@ -253,3 +264,415 @@ def follow_selection(
         out["growth"] = float(np.linalg.norm(theta[-1]) / np.linalg.norm(theta[window]))
         out["exponent"] = float(offset_exponent(theta[window], theta[-1], sol.theta)) if sol is not None else np.nan
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chapter 6's computations: the data table, the nested SVMs, the runs and what they did.
+
+
+@lru_cache(maxsize=1)
+def _digits_table() -> tuple[np.ndarray, np.ndarray]:
+    """``(images (1797, 8, 8) in 0..16, target (1797,))``: scikit-learn's digits, read from the CSV it
+    ships (``sklearn/datasets/data/digits.csv.gz``) without importing scikit-learn (about 1 s)."""
+    import gzip
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the digits data ship with scikit-learn: pip install scikit-learn")
+    path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
+    with gzip.open(path, "rt") as f:
+        table = np.loadtxt(f, delimiter=",")
+    images, target = table[:, :-1].reshape(-1, IMAGE_SIZE, IMAGE_SIZE), table[:, -1].astype(int)
+    images.flags.writeable = target.flags.writeable = False
+    return images, target
+
+
+def score_spread(gamma) -> float:
+    """Median over samples of the spread of the non-optimal scores, relative to the score range.
+
+    ``median_i (max_{t≠opt} γ_it − min_t γ_it) / (max_t γ_it − min_t γ_it)``, in [0, 1]: 0 when every
+    non-optimal token of every sample scores the same (the equal-score assumption of [MMTS]'s global
+    theorem). ``gamma`` (n, T) with T ≥ 3.
+
+    >>> score_spread([[3.0, 1.0, 1.0], [0.0, 2.0, 0.0]]), score_spread([[3.0, 2.0, 1.0]])
+    (0.0, 0.5)
+    """
+    gamma = np.asarray(gamma, float)
+    if gamma.ndim != 2 or gamma.shape[1] < 3:
+        raise ValueError(f"gamma must be (n, T) with T >= 3, got shape {gamma.shape}")
+    others = np.sort(gamma, axis=1)[:, :-1]
+    return float(np.median((others[:, -1] - others[:, 0]) / (gamma.max(1) - gamma.min(1))))
+
+
+def nested_svms(data: DigitPatches, v, n_values) -> tuple[dict, dict]:
+    """Prompt- and self-attention problems on the first ``n`` images, and their optimal-patch SVMs.
+
+    Returns ``(problems, solutions)``, both keyed by ``(kind, n)`` with ``kind`` ``"p"``
+    (:func:`attnlib.prompt_attention`, keys ``x_it``) or ``"W"`` (:func:`attnlib.self_attention`,
+    query ``z_i = x_i1``); a solution is the :class:`attnlib.MaxMarginSolution` of ``opt``, or
+    ``None`` when that SVM is infeasible (an answer, never a result).
+
+    >>> import attnlib as al
+    >>> data = al.digit_patches(n=40, seed=0)
+    >>> v = al.fit_patch_head(data.X[:30], data.y[:30])
+    >>> problems, solutions = al.nested_svms(data.subset(slice(30, 40)), v, [2, 4])
+    >>> sorted(problems), solutions["p", 2] is not None
+    ([('W', 2), ('W', 4), ('p', 2), ('p', 4)], True)
+    """
+    from .model import prompt_attention, self_attention
+    from .svm import InfeasibleError, max_margin
+
+    problems, solutions = {}, {}
+    for n in n_values:
+        sub = data.subset(slice(0, int(n)))
+        for kind, build in (("p", prompt_attention), ("W", self_attention)):
+            problems[kind, n] = build(sub.X, sub.y, v)
+            try:
+                solutions[kind, n] = max_margin(problems[kind, n])
+            except InfeasibleError:
+                solutions[kind, n] = None
+    return problems, solutions
+
+
+def gap_cone_start(prob, direction, scale: float, rng=None) -> np.ndarray:
+    """A start of norm ``scale·‖θ_mm‖`` in a narrow cone around the SVM direction ``θ_mm``.
+
+    On the axis every logit gap of the SVM's selection is at least ``scale``; the start is tilted
+    in a random perpendicular direction by the angle φ with ``sin φ · scale·‖θ_mm‖ · w = scale/2``,
+    ``w`` the widest feature difference ``‖A_iα_i − A_it‖`` of the problem, so every gap stays at
+    least about ``scale/2`` (:func:`attnlib.cone_starts` with ``edge=True``). Shape ``prob.shape``.
+    ``direction`` is ``θ_mm`` (an array) or its :class:`attnlib.MaxMarginSolution`.
+    """
+    from .basins import cone_starts
+
+    theta = np.asarray(getattr(direction, "theta", direction), float)
+    select = getattr(direction, "select", prob.opt)
+    A = prob.A.reshape(prob.n, prob.T, -1)
+    widest = np.linalg.norm(A[np.arange(prob.n), select][:, None] - A, axis=-1).max()
+    sin_phi = min(0.5 / (widest * np.linalg.norm(theta)), 1.0)  # <= 1/2 for an SVM: ‖θ_mm‖·widest >= 1
+    rng = np.random.default_rng(rng)
+    return cone_starts(theta, 1, mu=1 - np.sqrt(1 - sin_phi**2), radius=scale, rng=rng, edge=True)[0]
+
+
+def train_problems(
+    problems,
+    theta0,
+    steps: int,
+    method: str = "ngd",
+    lr=0.1,
+    record_steps=None,
+    reduce: bool | None = None,
+    max_tile: int = 4,
+) -> list:
+    """One trajectory per ``(problem, start)`` pair, in as few batched calls of :func:`attnlib.train` as allowed.
+
+    Problems with the same ``T`` and loss, whose sample counts all divide the largest one ``N``, are
+    trained as ONE :class:`attnlib.ProblemStack`: each is tiled ``N/n`` times, which leaves its loss
+    ``(1/n)Σ_i ℓ_i`` and gradient unchanged (up to rounding). With ``reduce`` (default: when the
+    parameter shapes differ or some problem has self-attention's rank-one features, which a stack
+    would expand to ``d²`` dense ones) each problem is first rewritten in an orthonormal basis of the
+    span of its feature differences (:func:`attnlib.reduce_to_span`, padded to the largest rank):
+    every gradient lies in that span, and the part of a start outside it shifts all logits of a
+    sample equally, so it is carried unchanged and added back. Other problems are trained one by
+    one, every start of a problem in one batch. Tiling costs compute, so problems are grouped by
+    sample count, each group's largest ``n`` at most ``max_tile`` times its smallest, one stack per group.
+
+    Args: ``problems`` a list of problems, ``theta0`` a matching list of starts (``prob.shape``),
+    ``steps``, ``method``, ``lr`` as in :func:`attnlib.train`; ``record_steps`` (default: the last).
+    Returns a list of (R, *shape) recorded parameters, one per pair.
+
+    >>> import numpy as np, attnlib as al
+    >>> data = al.digit_patches(n=8, seed=0)
+    >>> v = al.fit_patch_head(data.X, data.y)
+    >>> a, b = (al.prompt_attention(data.X[:n], data.y[:n], v) for n in (2, 8))
+    >>> out = al.train_problems([a, b], [np.zeros(a.shape)] * 2, 50, record_steps=[0, 50])
+    >>> [o.shape for o in out]
+    [(2, 20), (2, 20)]
+    """
+    from .model import ProblemStack, token_selection
+    from .optim import train
+    from .rates import reduce_to_span
+
+    problems, theta0 = list(problems), [np.asarray(t, float) for t in theta0]
+    if len(problems) != len(theta0) or not problems:
+        raise ValueError(f"give one start per problem, got {len(problems)} problems and {len(theta0)} starts")
+    for p, t in zip(problems, theta0):
+        if t.shape != p.shape:
+            raise ValueError(f"a start must have its problem's shape {p.shape}, got {t.shape}")
+    record = [steps] if record_steps is None else record_steps
+    if reduce is None:
+        reduce = any(p.factors is not None or p.shape != problems[0].shape for p in problems)
+    groups = []  # sample counts, ascending; a group's counts divide its largest, within max_tile of its smallest
+    for n in sorted({p.n for p in problems}):
+        if groups and n <= max_tile * groups[-1][0] and all(n % m == 0 for m in groups[-1]):
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    if len(groups) > 1:
+        out = [None] * len(problems)
+        for group in groups:
+            members = [j for j, p in enumerate(problems) if p.n in group]
+            parts = train_problems(
+                [problems[j] for j in members],
+                [theta0[j] for j in members],
+                steps,
+                method,
+                lr,
+                record,
+                reduce,
+                max_tile,
+            )
+            for j, theta in zip(members, parts):
+                out[j] = theta
+        return out
+    N, first = max(p.n for p in problems), problems[0]
+    unique = {id(p): p for p in problems}
+    same = all(p.factors is None and p.shape == first.shape for p in problems)
+    stackable = all((p.T, p.loss.name) == (first.T, first.loss.name) and N % p.n == 0 for p in problems)
+    if stackable and len(problems) > 1 and (reduce or same):
+        reduced = {key: reduce_to_span(p) for key, p in unique.items()} if reduce else {}
+        size = max((r.rank for r in reduced.values()), default=0)
+        tiled, starts, outside = {}, [], []
+        for key, p in unique.items():
+            A = np.asarray(reduced[key].problem.A if reduce else p.A)
+            if reduce:  # pad to the largest rank with zero features
+                A = np.concatenate([A, np.zeros(A.shape[:2] + (size - A.shape[2],))], axis=-1)
+            k = N // p.n
+            tiled[key] = token_selection(np.tile(A, (k,) + (1,) * (A.ndim - 1)), np.tile(p.gamma, (k, 1)), p.loss)
+        for p, t in zip(problems, theta0):
+            if not reduce:
+                starts.append(t)
+                continue
+            red = reduced[id(p)]
+            logits = p.logits(t)
+            c = red.coef.T @ (logits - logits[np.arange(p.n), p.opt][:, None]).ravel()  # ⟨b_r, θ0⟩
+            starts.append(np.concatenate([c, np.zeros(size - red.rank)]))
+            outside.append(t - red.lift(c))
+        stack = ProblemStack(tuple(tiled[id(p)] for p in problems))
+        run = train(stack, np.stack(starts), steps, method=method, lr=lr, record_steps=record, progress=False)
+        if not reduce:
+            return [run.theta[:, s] for s in range(len(problems))]
+        return [outside[s] + reduced[id(p)].lift(run.theta[:, s]) for s, p in enumerate(problems)]
+    out = [None] * len(problems)
+    groups = {}
+    for j, p in enumerate(problems):
+        groups.setdefault(id(p), []).append(j)
+    for members in groups.values():
+        p = problems[members[0]]
+        run = train(
+            p, np.stack([theta0[j] for j in members]), steps, method=method, lr=lr, record_steps=record, progress=False
+        )
+        for b, j in enumerate(members):
+            out[j] = run.theta[:, b]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class SelectionStudy:
+    """NGD (from zero and from the cone) and GD (from zero) on every problem, and what each run did.
+
+    Attributes:
+        problems, solutions: as :func:`nested_svms`, keyed ``(kind, n)``.
+        record: (R,) the NGD record steps (log-spaced, with ``steps // 4`` and ``min(gd_steps, steps)``).
+        window: index of ``steps // 4`` in ``record``, the start of the direction check's window.
+        ngd: ``(kind, n, start) → (R, *shape)`` with ``start`` ``"zero"`` or ``"cone"`` (feasible only),
+            and the ``extra`` runs by name.
+        gd: ``(kind, n) → (2, *shape)``, the GD start and end.
+        results: ``(kind, n, method, start) →`` :func:`follow_selection` dict, plus ``omc_opt``
+            (``1 − cos`` with ``θ_mm(opt)``, NaN if infeasible) and, for NGD, ``saturated_at_gd`` (the
+            fraction saturated after ``min(gd_steps, steps)`` steps).
+        judged: the NGD runs from zero the direction check judges: settled over the window, on a
+            locally optimal selection, with the norm at least doubled over the window.
+        steps, gd_steps, lr, cone_scale, saturation: the settings.
+    """
+
+    problems: dict
+    solutions: dict
+    record: np.ndarray
+    window: int
+    ngd: dict
+    gd: dict
+    results: dict
+    judged: dict
+    steps: int
+    gd_steps: int
+    lr: float
+    cone_scale: float
+    saturation: float
+
+    @property
+    def feasible(self) -> dict:
+        """``(kind, n) →`` whether the SVM of the optimal patches is feasible."""
+        return {key: sol is not None for key, sol in self.solutions.items()}
+
+    def offset_curves(self) -> list:
+        """For every judged run: its offset from the line of its own SVM against its norm over the
+        window, both relative to the window's start (:func:`attnlib.orthogonal_offset`), and, when it
+        settled off the feasible optimal selection, the same against ``θ_mm(opt)`` (a wrong reference).
+
+        Returns a list of dicts ``kind, n, norm, offset, wrong`` (arrays; ``wrong`` may be ``None``),
+        ``growth`` and ``wrong_exponent`` (:func:`attnlib.offset_exponent` against ``θ_mm(opt)``, or NaN).
+        """
+        from .metrics import offset_exponent, orthogonal_offset
+
+        curves = []
+        for (kind, n, _, start), r in self.judged.items():
+            theta = self.ngd[kind, n, start][self.window :]
+            norm = np.linalg.norm(theta.reshape(len(theta), -1), axis=1)
+            off = orthogonal_offset(theta, r["solution"].theta)
+            wrong, wrong_e = None, np.nan
+            sol = self.solutions[kind, n]
+            if r["agree"] < 1 and sol is not None:
+                wrong = orthogonal_offset(theta, sol.theta)
+                wrong, wrong_e = wrong / wrong[0], float(offset_exponent(theta[0], theta[-1], sol.theta))
+            curves.append(
+                dict(kind=kind, n=n, norm=norm / norm[0], offset=off / off[0], wrong=wrong, growth=r["growth"])
+                | dict(wrong_exponent=wrong_e)
+            )
+        return curves
+
+    def table(self) -> str:
+        """One line per run: model, n, method, start, agreement with ``opt``, saturated fraction, locally
+        optimal, ``1 − cos`` with the own selection's SVM and, for NGD, settled, norm growth, exponent."""
+        lines = ["model  n  method start  agree  saturated  locally-opt  1-cos(own SVM)  settled  growth  exponent"]
+        for (kind, n, method, start), r in self.results.items():
+            line = f"{kind:>4} {n:3d}  {method:>4}  {start:>4}  {r['agree']:5.2f}  {r['saturated']:9.2f}"
+            line += f"  {r['local']!s:>11}  {r['omc_sel']:14.2e}"
+            if method == "ngd":
+                line += f"  {r['settled']!s:>7}  {r['growth']:6.2f}  {r['exponent']:8.3f}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def summary(self) -> dict:
+        """The page's measured numbers, by glue name: agreement with ``opt`` from zero where it is
+        feasible and where not, saturation of GD and of NGD after as many steps, median ``1 − cos`` with
+        the own selection's SVM, the judged runs and their norm growth, and the settled runs."""
+        feasible, res = self.feasible, self.results
+        zero = {key: res[key + ("ngd", "zero")] for key in self.problems}
+        agree_in = [r["agree"] for key, r in zero.items() if feasible[key]]
+        agree_out = [r["agree"] for key, r in zero.items() if not feasible[key]]
+        growth = [r["growth"] for r in self.judged.values()]
+        wrong = [c["wrong_exponent"] for c in self.offset_curves() if c["wrong"] is not None]
+        settled = [r for r in zero.values() if r["settled"]]
+        nan = float("nan")
+        return dict(
+            infeasible_max_agreement=max((r["agree"] for k, r in res.items() if not feasible[k[:2]]), default=nan),
+            gd_steps_glued=min(self.gd_steps, self.steps),
+            gd_saturated_mean=float(np.mean([res[key + ("gd", "zero")]["saturated"] for key in self.problems])),
+            ngd_saturated_at_gd_steps=float(np.mean([r["saturated_at_gd"] for r in zero.values()])),
+            zero_feasible_agree_mean=float(np.mean(agree_in)) if agree_in else nan,
+            zero_miss_fraction=1 - float(np.mean(agree_in)) if agree_in else nan,
+            zero_feasible_all_opt=int(sum(a == 1.0 for a in agree_in)),
+            zero_feasible_count=len(agree_in),
+            zero_infeasible_agree_mean=float(np.mean(agree_out)) if agree_out else nan,
+            gd_omc_median=float(np.nanmedian([res[key + ("gd", "zero")]["omc_sel"] for key in self.problems])),
+            ngd_omc_median=float(np.nanmedian([r["omc_sel"] for r in zero.values()])),
+            judged_runs=len(self.judged),
+            ngd_runs=len(zero),
+            judged_growth_min=min(growth, default=nan),
+            judged_growth_max=max(growth, default=nan),
+            wrong_reference_exponent_min=min(wrong, default=nan),
+            wrong_reference_exponent_max=max(wrong, default=nan),
+            settled_nonlocal=sum(not r["local"] for r in settled),
+            settled_zero_runs=len(settled),
+        )
+
+
+def selection_study(
+    problems: dict,
+    solutions: dict,
+    steps: int,
+    lr: float,
+    gd_steps: int,
+    lr_gd: float,
+    cone_scale: float,
+    saturation: float = 0.99,
+    rng=None,
+    extra: dict | None = None,
+) -> SelectionStudy:
+    """Train every problem with NGD from zero and from the cone, and GD from zero; follow every run.
+
+    NGD (step ``lr``, ``steps`` iterations, log-spaced records) starts at ``θ = 0`` and, where the
+    optimal-patch SVM is feasible, at :func:`gap_cone_start` with ``cone_scale``; GD (step ``lr_gd``,
+    ``gd_steps`` iterations) starts at zero. Each run is measured by :func:`follow_selection` against
+    the SVM of its own final selection (one SVM cache per problem). Batched by :func:`train_problems`.
+    ``problems`` and ``solutions`` as returned by :func:`nested_svms`. ``extra``: more NGD runs to
+    train in the same batches, ``{name: (problem, start)}``; their trajectories are ``ngd[name]``.
+
+    >>> import attnlib as al
+    >>> data = al.digit_patches(n=40, seed=0)
+    >>> v = al.fit_patch_head(data.X[:30], data.y[:30])
+    >>> problems, solutions = al.nested_svms(data.subset(slice(30, 40)), v, [2, 4])
+    >>> study = al.selection_study(problems, solutions, 200, 0.1, 50, 40.0, 10.0, rng=0)
+    >>> study.results["p", 2, "ngd", "cone"]["agree_min"]
+    1.0
+    """
+    from .metrics import log_one_minus_mass, one_minus_cosine
+    from .rates import log_steps
+
+    rng = np.random.default_rng(rng)
+    at_gd = min(gd_steps, steps)
+    record = np.union1d(log_steps(steps), [steps // 4, at_gd])
+    window = int(np.searchsorted(record, steps // 4))
+    # Every problem, both models, in one batch per group of sizes (attnlib.train_problems).
+    keys = list(problems)
+    pairs = [(key, "zero", np.zeros(problems[key].shape)) for key in keys]
+    pairs += [
+        (key, "cone", gap_cone_start(problems[key], solutions[key], cone_scale, rng))
+        for key in keys
+        if solutions[key] is not None
+    ]
+    named = [(key + (start,), problems[key], t) for key, start, t in pairs]
+    named += [(name, prob, np.asarray(t, float)) for name, (prob, t) in (extra or {}).items()]
+    out = train_problems([p for _, p, _ in named], [t for _, _, t in named], steps, "ngd", lr, record)
+    ngd = {name: theta for (name, _, _), theta in zip(named, out)}
+    zeros = [np.zeros(problems[k].shape) for k in keys]
+    gd = dict(zip(keys, train_problems([problems[k] for k in keys], zeros, gd_steps, "gd", lr_gd, [0, gd_steps])))
+    results = {}
+    for key, prob in problems.items():
+        cache = {}
+        for start in ("zero", "cone"):
+            if key + (start,) in ngd:
+                theta = ngd[key + (start,)]
+                r = results[key + ("ngd", start)] = follow_selection(prob, theta, saturation, window, cache)
+                mass = log_one_minus_mass(prob, theta[int(np.searchsorted(record, at_gd))], r["select"])
+                r["saturated_at_gd"] = float(np.mean(mass <= np.log1p(-saturation)))
+        results[key + ("gd", "zero")] = follow_selection(prob, gd[key], saturation, cache=cache)
+    for (kind, n, method, start), r in results.items():
+        final = (ngd[kind, n, start] if method == "ngd" else gd[kind, n])[-1]
+        sol = solutions[kind, n]
+        r["omc_opt"] = float(one_minus_cosine(final, sol.theta)) if sol is not None else np.nan
+    judged = {
+        k: r
+        for k, r in results.items()
+        if k[2:] == ("ngd", "zero") and r["settled"] and r["local"] and r["growth"] >= 2
+    }
+    return SelectionStudy(
+        problems, solutions, record, window, ngd, gd, results, judged, steps, gd_steps, lr, cone_scale, saturation
+    )
+
+
+def attention_run(
+    data: DigitPatches, v, n: int, kind: str, start: str, steps: int, lr: float, cone_scale: float, rng=None
+):
+    """NGD on the first ``n`` images of ``data`` from ``start`` (``"zero"`` or ``"cone"``): ``(problem, θ(steps))``.
+
+    What an explorer recomputes for a reader's own ``n``, step size, number of steps or start. The
+    cone start (:func:`gap_cone_start`) needs the optimal-patch SVM: ``attnlib.InfeasibleError`` if
+    it is infeasible. ``kind`` ``"p"`` or ``"W"`` as in :func:`nested_svms`.
+    """
+    from .model import prompt_attention, self_attention
+    from .optim import train
+    from .svm import max_margin
+
+    if kind not in ("p", "W") or start not in ("zero", "cone"):
+        raise ValueError(f"kind must be 'p' or 'W' and start 'zero' or 'cone', got {kind!r}, {start!r}")
+    n = _check_int("n", n, 2, data.n)
+    sub = data.subset(slice(0, n))
+    prob = (prompt_attention if kind == "p" else self_attention)(sub.X, sub.y, v)
+    theta0 = np.zeros(prob.shape) if start == "zero" else gap_cone_start(prob, max_margin(prob), cone_scale, rng)
+    return prob, train(prob, theta0, int(steps), method="ngd", lr=lr, record_steps=[int(steps)], progress=False).final[
+        0
+    ]

@@ -156,7 +156,10 @@ def joint_svms(X, y, select, W=None) -> JointSVMs:
 def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
     """Unit direction ``p̂(ρ)`` predicted for ``p`` when ``‖v‖/‖p‖ → ρ`` (module docstring).
 
-    A second-order cone program (cvxpy, CLARABEL). ``rho = 0`` returns the full p-SVM direction;
+    A second-order cone program, ``max τ`` s.t. ``⟨p, k_iα_i − k_it⟩ + ρ(m_i − min_j m_j) ≥ τ``,
+    ``⟨p, k_iα_i − k_it⟩ ≥ 0``, ``‖p‖ ≤ 1``, solved exactly by bisection on ``τ`` over least-distance
+    problems (:func:`_balanced_by_bisection`; no cvxpy import), with cvxpy (CLARABEL) as the
+    fallback when that answer cannot be certified. ``rho = 0`` returns the full p-SVM direction;
     a large ``rho`` the relaxed one. This is a derivation of this book, not a result of [MMTS].
 
     >>> import attnlib as al
@@ -165,8 +168,6 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
     >>> [round(float(c), 3) for c in p]
     [0.991, 0.134]
     """
-    import cvxpy as cp
-
     if not np.isfinite(rho) or rho < 0:
         raise ValueError(f"rho must be a finite number >= 0, got {rho!r}")
     n, T, dk = svms.keys.shape
@@ -174,6 +175,11 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
     rows[np.arange(n), svms.select] = False
     diffs = (svms.keys[np.arange(n), svms.select][:, None, :] - svms.keys)[rows]
     shift = (rho * (svms.label_margins - svms.label_margins.min()))[:, None] * np.ones((1, T))
+    exact = _balanced_by_bisection(diffs, shift[rows])
+    if exact is not None:
+        return exact
+    import cvxpy as cp
+
     p, tau = cp.Variable(dk), cp.Variable()
     constraints = [diffs @ p + shift[rows] >= tau, diffs @ p >= 0, cp.norm(p) <= 1]
     problem = cp.Problem(cp.Maximize(tau), constraints)
@@ -182,6 +188,54 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
         raise RuntimeError(f"balanced direction: solver status {problem.status!r}")
     p = np.asarray(p.value, float)
     return p / np.linalg.norm(p)
+
+
+def _min_norm_point(D: np.ndarray, h: np.ndarray):
+    """``argmin ‖p‖`` s.t. ``D p ≥ h`` (Lawson–Hanson's least-distance problem via NNLS), or None if infeasible."""
+    from scipy.optimize import nnls
+
+    if not np.any(h > 0):
+        return np.zeros(D.shape[1])
+    E = np.vstack([D.T, h[None, :]])
+    f = np.zeros(E.shape[0])
+    f[-1] = 1.0
+    try:
+        u, _ = nnls(E, f, maxiter=50 * max(E.shape))
+    except RuntimeError:
+        return None
+    r = E @ u - f
+    if not np.isfinite(r).all() or -r[-1] <= 1e-12:
+        return None
+    return -r[:-1] / r[-1]
+
+
+def _balanced_by_bisection(D: np.ndarray, s: np.ndarray, rtol: float = 1e-13):
+    """Unit ``p`` maximising ``min(D p + s)`` s.t. ``D p ≥ 0``, ``‖p‖ ≤ 1``; None if not certified.
+
+    For a level ``τ`` the constraints ``D p ≥ max(τ − s, 0)`` have a least-norm point whose norm
+    grows with ``τ``; the optimum ``τ*`` is the largest level where it is ``≤ 1``, and there the
+    least-norm point (unique) is the optimal ``p``. Bisection on ``τ`` between 0 (``p = 0``) and
+    ``min_i(s_i + ‖D_i‖)`` (above it row ``i`` is unreachable in the unit ball). The answer is
+    returned only if it attains the bracket's level, is feasible, and ``τ* > 0``.
+    """
+    lo, hi = 0.0, float(np.min(s + np.linalg.norm(D, axis=1)))
+    for _ in range(200):
+        if hi - lo <= rtol * max(1.0, hi):
+            break
+        mid = 0.5 * (lo + hi)
+        p = _min_norm_point(D, np.maximum(mid - s, 0.0))
+        if p is not None and np.linalg.norm(p) <= 1.0:
+            lo = mid
+        else:
+            hi = mid
+    p = _min_norm_point(D, np.maximum(lo - s, 0.0))
+    if p is None or lo <= 1e-9 or not np.isfinite(p).all() or np.linalg.norm(p) == 0:
+        return None
+    p = p / np.linalg.norm(p)
+    scale = max(1.0, float(np.abs(D).max()))
+    if np.min(D @ p) < -1e-9 * scale or np.min(D @ p + s) < lo - 1e-8 * scale:
+        return None
+    return p
 
 
 def random_joint_tokens(
@@ -805,3 +859,157 @@ def joint_path_bounds(X, y, select, path: JointPath, svms, W=None, loss: str = "
         m_lo = head + np.log1p(-frac)
         p_bound[j] = direction_bound(m_lo * np.linalg.norm(p_S) / rp[j])
     return v_bound, p_bound, p_S, same
+
+
+# ---------------------------------------------------------------------- reading joint runs and paths
+
+
+def selected_mass(traj, select=1) -> np.ndarray:
+    """Softmax probability ``σ_iα_i(p(t))`` of each sample's selected token along a joint run.
+
+    ``traj``: a :class:`attnlib.optim.JointTrajectory` (``p`` of shape (R, B, d_k)); ``select``: the
+    selected token, one index for every sample or (n,). Returns (R, B, n).
+
+    >>> import attnlib as al
+    >>> traj = al.train_joint(*al.datasets.joint_tokens(), al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=5)
+    >>> al.joint.selected_mass(traj).shape
+    (6, 1, 3)
+    """
+    log_sigma = traj.problem.log_attention(traj.p)
+    sel = _selection(select, log_sigma.shape[-2], log_sigma.shape[-1])
+    return np.exp(log_sigma[..., np.arange(sel.size), sel])
+
+
+def classifier_confidence(traj) -> np.ndarray:
+    """Logistic probability ``σ(y_i f(X_i))`` of every sample along a joint run: (R, B, n).
+
+    Computed as ``(1 + tanh(u/2))/2`` with ``u = y_i f(X_i)``, which never overflows.
+    """
+    return 0.5 * (1.0 + np.tanh(traj.problem.output(traj.p, traj.v) / 2.0))
+
+
+def arc_position(P, svms: JointSVMs) -> np.ndarray:
+    """Where 2-D directions ``P`` (*batch, 2) lie on the arc from the relaxed (0) to the full (1) p-SVM.
+
+    The signed angle from the relaxed p-SVM towards the full one, in units of the angle between them
+    (values below 0 or above 1 lie beyond an end). Meaningful only when the two SVMs differ.
+
+    >>> import attnlib as al
+    >>> svms = al.joint_svms(*al.datasets.joint_tokens(relaxed=True), select=1)
+    >>> [round(float(a), 6) for a in al.joint.arc_position([svms.relaxed.theta, svms.full.theta], svms)]
+    [0.0, 1.0]
+    """
+    start = np.arctan2(svms.relaxed.theta[1], svms.relaxed.theta[0])
+    sep = np.angle(np.exp(1j * (np.arctan2(svms.full.theta[1], svms.full.theta[0]) - start)))
+    P = np.asarray(P, float)
+    return np.angle(np.exp(1j * (np.arctan2(P[..., 1], P[..., 0]) - start))) / sep
+
+
+def train_joint_ratio(
+    datasets, p0, v0, steps: int, rho: float = 1.0, lr: float = 0.1, loss: str = "logistic", W=None, record_every=1
+) -> list:
+    """Joint NGD with step ``η`` on ``p`` and ``ρη`` on ``v``, so that ``‖v(t)‖/‖p(t)‖ → ρ``.
+
+    Written as :func:`train_joint_stack` on the reparametrised problem ``v = ρ u``: the data
+    ``ρ X`` with ``W/ρ`` have the same keys and the values ``uᵀ(ρ x) = vᵀ x``, and a normalised step
+    of length ``η`` on ``u`` is one of length ``ρη`` on ``v`` along the same direction. ``rho = 1``
+    is :func:`train_joint_stack` itself. Arguments as there (``datasets``: a sequence of ``(X, y)``);
+    returns one :class:`attnlib.optim.JointTrajectory` per data set, in ``v`` (not ``u``), each with
+    the original problem.
+
+    >>> import numpy as np, attnlib as al
+    >>> sets = [al.datasets.joint_tokens(relaxed=True)]
+    >>> traj = al.joint.train_joint_ratio(sets, al.datasets.JOINT_P0, al.datasets.JOINT_V0, 400, rho=3.0)[0]
+    >>> round(float(np.linalg.norm(traj.v[-1, 0]) / np.linalg.norm(traj.p[-1, 0])))
+    3
+    """
+    import dataclasses
+
+    if not np.isfinite(rho) or rho <= 0:
+        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    d = np.asarray(datasets[0][0]).shape[-1]
+    W = np.eye(d) if W is None else np.asarray(W, float)
+    scaled = [(rho * np.asarray(X, float), y) for X, y in datasets]
+    trajs = train_joint_stack(
+        scaled, p0, np.asarray(v0, float) / rho, steps, W=W / rho, loss=loss, lr=lr, record_every=record_every
+    )
+    return [
+        dataclasses.replace(t, v=rho * t.v, problem=JointAttention(np.asarray(X, float), y, W, t.problem.loss))
+        for t, (X, y) in zip(trajs, datasets)
+    ]
+
+
+def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) -> list[dict]:
+    """Per data set of a stacked :class:`JointPath`, the end of the path against the SVMs (a table row).
+
+    Args: ``path`` with ``p``, ``v`` of shape (S, N, 2); ``X`` (S, n, T, 2), ``y`` (S, n);
+    ``svms_list``: S :class:`JointSVMs`; ``select``: the selected token of every sample.
+
+    Returns one dict per data set, at the largest radius: ``v_ratio`` ``(1 − cos(v̄, v_mm))`` over its
+    bound, ``p_ratio`` / ``full_ratio`` ``(1 − cos)`` of ``p̄`` to the relaxed / full p-SVM over the
+    attention bound (NaN when that bound is not for the relaxed SVM, ``same`` False), the angles
+    ``to_v``, ``to_relaxed``, ``to_full``, ``to_balanced`` (to ``p̂(1)``) in degrees, and ``cls``
+    (:func:`classify_alignment`). Bounds from :func:`joint_path_bounds`. ``predicted``: the S
+    directions ``p̂(1)`` if already computed (default: :func:`balanced_direction` of each).
+    """
+    p_hat = [balanced_direction(svms, rho=1.0) for svms in svms_list] if predicted is None else predicted
+    rows = []
+    for s, svms in enumerate(svms_list):
+        one = JointPath(
+            path.radii_p,
+            path.radii_v,
+            path.p[s],
+            path.v[s],
+            path.rounds[s],
+            path.log_loss[s],
+            path.log_gap[s],
+            path.gap_sign[s],
+            path.select,
+            path.unsettled,
+        )
+        sel = _selection(select, X.shape[1], X.shape[2])
+        v_bound, p_bound, _, same = joint_path_bounds(X[s], y[s], sel, one, svms)
+        p_end, v_end = path.p[s, -1], path.v[s, -1]
+        rows.append(
+            dict(
+                v_ratio=float(one_minus_cosine(v_end, svms.label.v) / v_bound[-1]),
+                p_ratio=float(one_minus_cosine(p_end, svms.relaxed.theta) / p_bound[-1]) if same else np.nan,
+                full_ratio=float(one_minus_cosine(p_end, svms.full.theta) / p_bound[-1]) if same else np.nan,
+                to_relaxed=float(angle_degrees(p_end, svms.relaxed.theta)),
+                to_full=float(angle_degrees(p_end, svms.full.theta)),
+                to_balanced=float(angle_degrees(p_end, p_hat[s])),
+                to_v=float(angle_degrees(v_end, svms.label.v)),
+                cls=str(classify_alignment(p_end, svms)[()]),
+                same=same,
+            )
+        )
+    return rows
+
+
+def joint_path_table(tables: dict, names: dict) -> str:
+    """A Markdown table of :func:`joint_path_rows`: one line per data set and ratio exponent ``κ``.
+
+    ``tables``: ``{(data, kappa): rows}``; ``names``: ``{data: [one name per row]}``.
+    Columns: data, κ, ∠(v̄, v_mm), ∠(p̄, relaxed), ∠(p̄, full), ∠(p̄, p̂(1)), alignment class.
+    """
+    lines = [
+        "| data | κ | ∠(v̄, v_mm) | ∠(p̄, relaxed) | ∠(p̄, full) | ∠(p̄, p̂(1)) | follows |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (data, kappa), rows in tables.items():
+        for name, r in zip(names[data], rows):
+            lines.append(
+                f"| {name} | {kappa:g} | {r['to_v']:.2e}° | {r['to_relaxed']:.3g}° | {r['to_full']:.3g}° "
+                f"| {r['to_balanced']:.3g}° | {r['cls']} |"
+            )
+    return "\n".join(lines)
+
+
+__all__ += [
+    "selected_mass",
+    "classifier_confidence",
+    "arc_position",
+    "train_joint_ratio",
+    "joint_path_rows",
+    "joint_path_table",
+]

@@ -294,3 +294,67 @@ def offset_equilibrium(prob: TokenSelectionProblem, sol) -> tuple[np.ndarray, fl
         return np.full(prob.shape, np.nan), float("nan")
     kappa = M * float(np.linalg.eigvalsh(cov).min())
     return (x @ basis).reshape(prob.shape), kappa
+
+
+def gradient_cosine(prob: TokenSelectionProblem, theta, direction) -> np.ndarray:
+    """``cos(∇L(θ), d)``: (*batch,), from the scaled gradient, so exact where ``∇L`` underflows.
+
+    The descent lemma of [MMTS]'s global theorem says ``⟨∇L(p), p_mm*⟩ < 0`` at every ``p`` when
+    each input's non-optimal tokens share one score; :func:`descent_bound` gives how negative.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> bool(al.gradient_cosine(prob, np.zeros(3), al.max_margin(prob).theta) < 0)
+    True
+    """
+    return cosine(prob.scaled_grad(theta)[1], direction)
+
+
+def descent_bound(prob: TokenSelectionProblem, theta_mm) -> float:
+    """Upper bound on ``cos(∇L(θ), θ_mm)`` at every ``θ`` under equal non-optimal scores: a float < 0.
+
+    With ``γ_it = γ_opt − Δ_i`` for every ``t ≠ opt_i``, the gradient is exactly
+    ``∇L = −Σ_it w_it d_it`` with ``w_it = (1/n)|ℓ'(u_i)| σ_i,opt σ_it Δ_i ≥ 0`` and
+    ``d_it = A_i,opt − A_it``. Every SVM constraint value ``⟨θ_mm, d_it⟩`` is at least 1, so
+    ``⟨∇L, θ_mm⟩ ≤ −Σ w`` while ``‖∇L‖ ≤ Σ w · max ‖d‖``:
+
+    .. math:: \\cos(∇L(θ), θ_{mm}) \\le -\\frac{1}{\\lVert θ_{mm}\\rVert \\max_{it} \\lVert d_{it}\\rVert}.
+
+    ``theta_mm``: the SVM of the optimal tokens (``max_margin(prob).theta``). With unequal scores
+    some weights are negative and the bound (even the sign) can fail.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)   # d = (1, ±1, ·), θ_mm = (1, 0, 0)
+    >>> round(al.descent_bound(prob, al.max_margin(prob).theta), 6)
+    -0.707107
+    """
+    theta_mm = np.asarray(theta_mm, float).ravel()
+    A = prob.A.reshape(prob.n, prob.T, -1)
+    d = A[np.arange(prob.n), prob.opt][:, None, :] - A
+    return float(-1.0 / (np.linalg.norm(theta_mm) * np.linalg.norm(d, axis=-1).max()))
+
+
+def exponential_rate(t, log_y, start: float = 0.5) -> np.ndarray:
+    """Fitted decay rate ``−d log y / dt`` over ``[start·T, T]`` (``T = t[-1]``), per column: (B,).
+
+    ``t`` (R,) steps; ``log_y`` (R,) or (R, B) logarithms of a decaying quantity (a loss gap from
+    ``prob.log_gap``, the attention left off the optimal tokens...). Under normalised GD with step
+    ``η`` both decay like ``e^{−ηt/M}``, ``M = ‖p_mm*‖``: the rate times ``M/η`` tends to 1.
+
+    >>> import numpy as np, attnlib as al
+    >>> t = np.arange(0.0, 101.0)
+    >>> al.exponential_rate(t, -0.3 * t + 2.0).round(6).tolist()
+    [0.3]
+    """
+    t = np.asarray(t, float)
+    log_y = np.asarray(log_y, float)
+    log_y = log_y[:, None] if log_y.ndim == 1 else log_y
+    if log_y.ndim != 2 or log_y.shape[0] != t.shape[0]:
+        raise ValueError(f"log_y must have shape (R,) or (R, B) with R = {t.shape[0]}, got {log_y.shape}")
+    first = int(np.searchsorted(t, start * t[-1]))
+    return np.array(
+        [-fit_slope(t[first:], log_y[first:, b], log_x=False, log_y=False)[0] for b in range(log_y.shape[1])]
+    )
+
+
+__all__ += ["gradient_cosine", "descent_bound", "exponential_rate"]

@@ -1413,3 +1413,369 @@ def local_path_case(
         resolved=resolved,
         leave=leave,
     )
+
+
+# ---------------------------------------------------------------------- many paths at once, against their SVM rays
+
+
+def regularization_paths(
+    problems,
+    radii,
+    n_starts: int = 8,
+    seeds=None,
+    objective: str = "auto",
+    switch_gap: float = 1e-4,
+    max_iter: int = 3000,
+    tol: float = 1e-8,
+) -> list[RegularizationPath]:
+    """:func:`regularization_path` (direct parametrization) for several problems, solved as one batch.
+
+    Every problem gets exactly the starts, objective and stopping rule that
+    ``regularization_path(problems[k], radii, n_starts, seeds[k], ...)`` would give it, and
+    :func:`_ball_descent` treats its rows independently, so the paths are those of the separate
+    calls up to rounding, which the stopping test can turn into differences of order ``tol·R``; only
+    ``iterations`` counts the steps until every start *of every problem* stopped. The batch is
+    cheaper than the separate calls where the per-step Python overhead dominates, as for the prompt
+    ``p`` in the key plane (about half the time for six problems).
+
+    Args:
+        problems: a non-empty sequence of :class:`TokenSelectionProblem` sharing ``n``, ``T``, the
+            parameter shape and the loss (as :func:`attnlib.stack_problems`).
+        radii: (N,) positive, strictly increasing.
+        seeds: one int or ``numpy.random.Generator`` per problem (default ``0, 1, ...``).
+        n_starts, objective, switch_gap, max_iter, tol: as :func:`regularization_path`.
+
+    Returns one :class:`RegularizationPath` per problem.
+
+    >>> import numpy as np, attnlib as al
+    >>> probs = [al.datasets.multi_input(s, nonopt_scores=0.5) for s in (1, 2)]
+    >>> both = al.regularization_paths(probs, [1.0, 10.0], n_starts=2, seeds=[1, 2])
+    >>> alone = al.regularization_path(probs[1], [1.0, 10.0], n_starts=2, seed=2)
+    >>> bool(np.allclose(both[1].theta, alone.theta, rtol=0, atol=1e-6))
+    True
+    """
+    from .model import stack_problems
+
+    problems = list(problems)
+    stack = stack_problems(problems)
+    P = stack.S
+    seeds = list(range(P)) if seeds is None else list(seeds)
+    if len(seeds) != P:
+        raise ValueError(f"seeds must hold one seed per problem ({P}), got {len(seeds)}")
+    r = _check_radii(radii)
+    if isinstance(n_starts, bool) or not isinstance(n_starts, (int, np.integer)) or n_starts < 0:
+        raise ValueError(f"n_starts must be a non-negative integer, got {n_starts!r}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+    if not (np.isfinite(switch_gap) and 0 < switch_gap < 1):
+        raise ValueError(f"switch_gap must be in (0, 1), got {switch_gap!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (np.isfinite(tol) and 0 < tol < 1):
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    rngs = [np.random.default_rng(s) for s in seeds]
+    shape, dim = stack.shape, stack.size
+    N, keep, S = len(r), n_starts + 1, 2 * n_starts + 1
+    use_log = np.zeros(P, dtype=bool)  # per problem, at the current radius
+
+    def fg(x, rows):  # rows of the batch ordered (start, problem); _ball_descent passes the active ones
+        full = np.zeros((S * P, dim))
+        full[rows] = x
+        terms = stack.terms(full.reshape((S, P) + shape))
+        m, g = stack.scaled_grad_from(terms)  # (S, P), (S, P, dim)
+        f_log = stack.log_gap_from(terms)
+        f_loss = np.mean(stack.loss.value(terms.output), axis=-1)
+        f = np.where(use_log, f_log, f_loss)
+        with np.errstate(over="ignore"):
+            scale = np.exp(np.where(use_log, m - f_log, m))
+        return f.reshape(-1)[rows], (scale[..., None] * g).reshape(S * P, dim)[rows]
+
+    xs = np.empty((P, N, dim))
+    kinds = np.empty((P, N), dtype=object)
+    start_obj, start_cos = np.empty((P, N, S)), np.empty((P, N, S))
+    iters, conv = np.empty((P, N), dtype=int), np.empty((P, N), dtype=bool)
+    branches = [None] * P
+    for j, R in enumerate(r):
+        starts = np.empty((S, P, dim))
+        for k in range(P):
+            s = rngs[k].standard_normal((S, dim))
+            s *= R / np.linalg.norm(s, axis=1, keepdims=True)
+            if branches[k] is not None:
+                nb = len(branches[k])
+                s[:nb] = branches[k] * (R / np.maximum(np.linalg.norm(branches[k], axis=1, keepdims=True), 1e-300))
+            starts[:, k] = s
+            kind = objective
+            if kind == "auto":
+                th0 = s.reshape((S,) + shape)
+                value = problems[k].value(th0)
+                rel = np.min(np.exp(problems[k].log_gap(th0)) / np.where(value > 0, value, np.inf))
+                kind = "loss" if rel >= switch_gap else "log_gap"
+            use_log[k] = kind == "log_gap"
+            kinds[k, j] = kind
+        x, f, it, ok = _ball_descent(fg, starts.reshape(S * P, dim), R, max_iter, tol, indexed=True)
+        x, f, ok = x.reshape(S, P, dim), np.where(np.isfinite(f), f, np.inf).reshape(S, P), ok.reshape(S, P)
+        for k in range(P):
+            order = np.argsort(f[:, k], kind="stable")
+            best = int(order[0])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                unit = x[:, k] / np.linalg.norm(x[:, k], axis=1, keepdims=True)
+            start_cos[k, j] = unit @ unit[best]
+            xs[k, j], start_obj[k, j], iters[k, j], conv[k, j] = x[best, k], f[:, k], it, ok[best, k]
+            picked: list[int] = []
+            for b in order:
+                if np.isfinite(f[b, k]) and all(unit[b] @ unit[c] < 1 - 1e-9 for c in picked):
+                    picked.append(int(b))
+                if len(picked) == keep:
+                    break
+            branches[k] = x[picked, k]
+    out = []
+    for k, prob in enumerate(problems):
+        theta = xs[k].reshape((N,) + shape)
+        out.append(
+            RegularizationPath(
+                radii=r,
+                theta=theta,
+                objective=kinds[k].astype(str),
+                loss=prob.value(theta),
+                log_gap=prob.log_gap(theta),
+                norm=np.linalg.norm(xs[k], axis=1),
+                start_objective=start_obj[k],
+                start_cosine=start_cos[k],
+                iterations=iters[k],
+                converged=conv[k],
+                parametrization="direct",
+            )
+        )
+    return out
+
+
+#: Slack of the certificate ``log(L(θ_R) − L*) − log(L(θ̄) − L*) ≥ −slack``: the log-gaps are accurate
+#: to about 1e-12, and the solver stops at a relative tolerance; see :func:`uncertified`.
+CERTIFICATE_SLACK = 1e-9
+
+
+def uncertified(excess, slack: float = CERTIFICATE_SLACK) -> str | None:
+    """Why the SVM-ray bounds do not apply to a path's solution, or ``None`` when they do.
+
+    The bounds (:func:`ray_margin_bound`, :func:`direction_bound`) hold for any point of the ball no
+    worse than the SVM ray. A multi-start search of a non-convex problem is not certified to reach
+    the minimiser, so its solution is checked against that premise, from the losses alone, before
+    its direction or margin is looked at.
+
+    Args: ``excess``: the :func:`ray_gap_excess` at the radius of interest (a number).
+
+    >>> uncertified(0.3) is None, uncertified(-0.5)[:28]
+    (True, 'the multi-start search ended')
+    """
+    excess = float(excess)
+    if excess >= -slack:
+        return None
+    where = f"the multi-start search ended above the SVM ray's loss (log-gap excess {excess:.3g})"
+    return where + ": minimiser not certified"
+
+
+@dataclass(frozen=True, eq=False)
+class PathAgainstSVM:
+    """A regularization path next to the SVM ray it should approach, and the bound between them.
+
+    Attributes:
+        problem: the problem (a :class:`TokenSelectionProblem` or :class:`NonlinearHeadAttention`).
+        svm: the Euclidean/Frobenius SVM of its optimal tokens (:func:`attnlib.max_margin`), solved to
+            status ``"optimal"``.
+        path: its :class:`RegularizationPath` (direct parametrization).
+        error: (N,) ``1 − cos(θ̄(R), θ_mm)``.
+        bound: (N,) ``B(R) = 1/ρ_lo(R)² − 1`` (:func:`direction_bound` of :func:`ray_margin_bound`),
+            computed from the problem and its SVM alone; ``inf`` where vacuous.
+        ray_excess: (N,) :func:`ray_gap_excess`, ``≥ −slack`` where the bound applies to the solution.
+    """
+
+    problem: object
+    svm: object
+    path: RegularizationPath
+    error: np.ndarray
+    bound: np.ndarray
+    ray_excess: np.ndarray
+
+    @property
+    def certified(self) -> bool:
+        """The solution at the largest radius is no worse than the SVM ray (:func:`uncertified`)."""
+        return uncertified(self.ray_excess[-1]) is None
+
+
+def paths_against_svm(problems, radii, n_starts: int = 8, seeds=None, **solver) -> list[PathAgainstSVM]:
+    """Solve each problem's SVM and regularization path, and compare them: one :class:`PathAgainstSVM` each.
+
+    Token-selection problems of equal sizes are solved in one batch (:func:`regularization_paths`); a
+    :class:`NonlinearHeadAttention` is solved alone, its SVM being that of its induced optimal tokens
+    (``token_problem``). A solver status other than ``"optimal"`` raises: an inaccurate SVM is never
+    counted as a result.
+
+    Args: ``problems`` (a sequence), ``radii`` (N,), ``seeds`` one per problem (default ``0, 1, ...``),
+    ``n_starts`` and ``solver`` (``max_iter``, ``tol``, ...) as :func:`regularization_path`.
+
+    >>> import attnlib as al
+    >>> [c] = al.paths_against_svm([al.datasets.single_input(local=True)], [10.0, 100.0], n_starts=2)
+    >>> c.certified, bool(c.error[-1] <= c.bound[-1])
+    (True, True)
+    """
+    from .svm import max_margin
+
+    problems = list(problems)
+    seeds = list(range(len(problems))) if seeds is None else list(seeds)
+    if len(seeds) != len(problems):
+        raise ValueError(f"seeds must hold one seed per problem ({len(problems)}), got {len(seeds)}")
+    r = _check_radii(radii)
+    svms = []
+    for prob in problems:
+        sol = max_margin(prob.token_problem if isinstance(prob, NonlinearHeadAttention) else prob)
+        if sol.status != "optimal":
+            raise RuntimeError(f"the SVM solve ended with status {sol.status!r}: no result is computed from it")
+        svms.append(sol)
+    if all(isinstance(p, TokenSelectionProblem) for p in problems):
+        paths = regularization_paths(problems, r, n_starts=n_starts, seeds=seeds, **solver)
+    else:
+        paths = [regularization_path(p, r, n_starts=n_starts, seed=s, **solver) for p, s in zip(problems, seeds)]
+    from .metrics import one_minus_cosine
+
+    return [
+        PathAgainstSVM(
+            problem=prob,
+            svm=sol,
+            path=path,
+            error=one_minus_cosine(path.theta, sol.theta),
+            bound=direction_bound(ray_margin_bound(prob, sol.theta, r)),
+            ray_excess=ray_gap_excess(prob, path, sol.theta),
+        )
+        for prob, sol, path in zip(problems, svms, paths)
+    ]
+
+
+def radius_table(radii, rows: dict, radius_format: str = "{:.3g}", value_format: str = "{:.2e}") -> str:
+    """A Markdown table with one column per radius: a header row of ``radii`` and one row per entry.
+
+    Args: ``radii`` (N,); ``rows``: ``{label: (N,) values}`` (labels may hold TeX between ``$``).
+
+    >>> print(radius_table([1.0, 10.0], {"error": [0.5, 0.01]}))
+    | $R$ | 1 | 10 |
+    |---|---|---|
+    | error | 5.00e-01 | 1.00e-02 |
+    """
+    radii = np.asarray(radii, float).ravel()
+    lines = ["| $R$ | " + " | ".join(radius_format.format(x) for x in radii) + " |", "|---|" + "---|" * len(radii)]
+    for label, values in rows.items():
+        values = np.asarray(values, float).ravel()
+        if values.shape != radii.shape:
+            raise ValueError(f"row {label!r} must hold one value per radius ({len(radii)}), got {values.shape}")
+        lines.append(f"| {label} | " + " | ".join(value_format.format(v) for v in values) + " |")
+    return "\n".join(lines)
+
+
+__all__ += [
+    "regularization_paths",
+    "CERTIFICATE_SLACK",
+    "uncertified",
+    "PathAgainstSVM",
+    "paths_against_svm",
+    "radius_table",
+]
+
+
+def local_path_table(cases) -> str:
+    """Markdown table of local regularization paths ``[(instance name, LocalPathCase)]``.
+
+    One row per case: the selection (tokens numbered from 1), locally optimal or not, where its
+    SVM-neighbours score ("all below", "all above", "mixed"), ``μ``, ``R_0``, the largest radius,
+    ``1 − cos`` there, the bound there, and "leave" (:class:`LocalPathCase`).
+    """
+    lines = [
+        "| instance | α (tokens, from 1) | locally optimal | neighbours | μ | R₀ | largest R "
+        "| 1 − cos at largest R | bound | leave |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in cases:
+        kind = "all below" if c.locally_optimal else ("all above" if c.all_higher else "mixed")
+        lines.append(
+            f"| {name} | {tuple(a + 1 for a in c.select)} | {'yes' if c.locally_optimal else 'no'} | {kind} "
+            f"| {c.mu:.2g} | {c.min_norm:.3g} | {c.radii[-1]:.3g} | {c.omc[-1]:.2e} | {c.bound[-1]:.2e} "
+            f"| {c.leave:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+__all__ += ["local_path_table"]
+
+
+@dataclass(frozen=True, eq=False)
+class MatrixPaths:
+    """The ``W`` path (Frobenius ball) and the ``(K, Q)`` path (nuclear ball) of one problem, against both SVMs.
+
+    [TFSVM]: ``W̄(R)/R`` tends to the Frobenius W-SVM, ``K̄Q̄ᵀ/R`` to the nuclear-norm SVM. The two limits
+    are told apart by margins: each path's margin ratio in its own norm is at least the bound ``ρ_lo(R)``
+    (:func:`ray_margin_bound`) once its search is certified (:func:`ray_gap_excess` ``≥ −slack``), and the
+    other SVM's direction has a margin ratio ``< 1`` in that norm.
+
+    Attributes:
+        fro, nuc: the Frobenius W-SVM and the nuclear-norm SVM (:func:`attnlib.max_margin`, status optimal).
+        w, kq: the :class:`RegularizationPath` of ``W`` (direct) and of ``(K, Q)`` (``"kq"``).
+        rho_w, rho_kq: (N,) the Frobenius margin ratio of the ``W`` path, the nuclear one of the ``(K, Q)`` path.
+        lo_fro, lo_nuc: (N,) their lower bounds ``ρ_lo(R)`` from the SVM rays.
+        nuc_in_fro: the Frobenius margin ratio of the nuclear SVM; ``fro_in_nuc``: the nuclear margin ratio
+            of the W-SVM (both ``≤ 1``).
+        excess_w, excess_kq: (N,) :func:`ray_gap_excess` of each path against its own SVM ray.
+    """
+
+    fro: object
+    nuc: object
+    w: RegularizationPath
+    kq: RegularizationPath
+    rho_w: np.ndarray
+    rho_kq: np.ndarray
+    lo_fro: np.ndarray
+    lo_nuc: np.ndarray
+    nuc_in_fro: float
+    fro_in_nuc: float
+    excess_w: np.ndarray
+    excess_kq: np.ndarray
+
+
+def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2, n_starts_kq: int = 1, **solver):
+    """Solve the two SVMs and the ``W`` and ``(K, Q)`` paths of a matrix-parameter problem: a :class:`MatrixPaths`.
+
+    The ``(K, Q)`` path gets the ``W`` path's solutions as ``guide`` (one more start per radius, factorised):
+    random starts at a large radius saturate the softmax on arbitrary tokens, and the guide starts from the
+    Frobenius limit, the one the ``(K, Q)`` path must move away from. A solver status other than
+    ``"optimal"`` raises.
+
+    Args: ``prob`` with a matrix parameter ``W`` (d, d_z); ``radii`` (N,); ``seed`` for both paths'
+    random starts; ``solver``: ``max_iter``, ``tol``... as :func:`regularization_path`.
+
+    >>> import attnlib as al
+    >>> m = al.matrix_paths(al.datasets.random_tokens(3, 4, 4, seed=0), [1.0, 30.0], tol=1e-6, max_iter=300)
+    >>> bool(m.nuc_in_fro < 1 and m.fro_in_nuc < 1), m.kq.parametrization
+    (True, 'kq')
+    """
+    from .svm import max_margin
+
+    r = _check_radii(radii)
+    fro, nuc = max_margin(prob), max_margin(prob, norm="nuc")
+    if fro.status != "optimal" or nuc.status != "optimal":
+        raise RuntimeError(f"the SVM solves ended with status {fro.status!r}, {nuc.status!r}: no result computed")
+    w = regularization_path(prob, r, n_starts=n_starts_w, seed=seed, **solver)
+    kq = regularization_path(prob, r, n_starts=n_starts_kq, seed=seed, parametrization="kq", guide=w.theta, **solver)
+    return MatrixPaths(
+        fro=fro,
+        nuc=nuc,
+        w=w,
+        kq=kq,
+        rho_w=margin_ratio(prob, w.theta, fro.theta, "fro"),
+        rho_kq=margin_ratio(prob, kq.theta, nuc.theta, "nuc"),
+        lo_fro=ray_margin_bound(prob, fro.theta, r, "fro"),
+        lo_nuc=ray_margin_bound(prob, nuc.theta, r, "nuc"),
+        nuc_in_fro=float(margin_ratio(prob, nuc.theta, fro.theta, "fro")),
+        fro_in_nuc=float(margin_ratio(prob, fro.theta, nuc.theta, "nuc")),
+        excess_w=ray_gap_excess(prob, w, fro.theta, "fro"),
+        excess_kq=ray_gap_excess(prob, kq, nuc.theta, "nuc"),
+    )
+
+
+__all__ += ["MatrixPaths", "matrix_paths"]

@@ -186,3 +186,120 @@ def test_follow_selection_judges_a_run_against_its_own_selection():
         al.follow_selection(prob, run.theta[:, 0], window=3)
     with pytest.raises(ValueError, match="theta must be"):
         al.follow_selection(prob, run.theta[-1, 0])
+
+
+def test_digit_table_is_scikit_learns_without_importing_it():
+    from sklearn.datasets import load_digits
+
+    from attnlib.digits import _digits_table
+
+    images, target = _digits_table()
+    raw = load_digits()
+    assert np.array_equal(images, raw.images) and np.array_equal(target, raw.target)
+    assert not images.flags.writeable  # cached: nobody may change it
+
+
+def test_score_spread_is_zero_exactly_under_equal_scores():
+    assert al.score_spread([[3.0, 1.0, 1.0, 1.0], [0.0, 2.0, 0.0, 0.0]]) == 0.0
+    assert al.score_spread([[3.0, 2.0, 1.0]]) == 0.5  # others span 1 of the range 2
+    assert al.score_spread([[0.0, 1.0, 2.0], [4.0, 0.0, 4.0 - 1e-9]]) == pytest.approx(0.5 * (0.5 + 1.0))
+    with pytest.raises(ValueError, match="T >= 3"):
+        al.score_spread([[1.0, 0.0]])
+
+
+@pytest.fixture(scope="module")
+def small_study():
+    data = al.digit_patches(n=60, seed=0)
+    v = al.fit_patch_head(data.X[:40], data.y[:40])
+    pool = data.subset(slice(40, None))
+    problems, solutions = al.nested_svms(pool, v, [2, 4, 8])
+    return pool, v, problems, solutions
+
+
+def test_nested_svms_are_the_svms_of_the_first_n_images(small_study):
+    pool, v, problems, solutions = small_study
+    assert sorted(problems) == sorted((k, n) for k in ("p", "W") for n in (2, 4, 8))
+    for (kind, n), prob in problems.items():
+        assert prob.n == n and prob.shape == ((20,) if kind == "p" else (20, 20))
+        assert np.array_equal(prob.gamma, pool.y[:n, None] * (pool.X[:n] @ v))
+        sol = solutions[kind, n]
+        if sol is not None:  # the optimal patches' SVM: every gap at least 1, with equality somewhere
+            gaps = prob.logits(sol.theta)[np.arange(n), prob.opt][:, None] - prob.logits(sol.theta)
+            gaps[np.arange(n), prob.opt] = np.inf
+            assert gaps.min() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_gap_cone_start_keeps_every_gap_of_the_selection(small_study):
+    _, _, problems, solutions = small_study
+    for key, sol in solutions.items():
+        if sol is None:
+            continue
+        prob = problems[key]
+        start = al.gap_cone_start(prob, sol, 10.0, rng=1)
+        assert start.shape == prob.shape
+        assert np.linalg.norm(start) == pytest.approx(10.0 * np.linalg.norm(sol.theta))
+        logits = prob.logits(start)
+        gaps = logits[np.arange(prob.n), prob.opt][:, None] - logits
+        gaps[np.arange(prob.n), prob.opt] = np.inf
+        # cos(phi) * 10 - sin(phi) * 10 |theta_mm| * widest >= (sqrt(3)/2 - 1/2) * 10 with sin(phi) <= 1/2
+        assert gaps.min() >= (np.sqrt(3) / 2 - 0.5) * 10.0 - 1e-9
+        assert 0 < al.one_minus_cosine(start, sol.theta) < 0.14  # tilted, by at most 30 degrees
+
+
+def test_train_problems_tiles_and_reduces_without_changing_a_trajectory(small_study):
+    _, _, problems, solutions = small_study
+    keys = list(problems)
+    rng = np.random.default_rng(0)
+    starts = [rng.normal(size=problems[k].shape) for k in keys]  # not in the span of the features
+    record = [0, 10, 60]
+    batched = al.train_problems([problems[k] for k in keys], starts, 60, "ngd", 0.1, record)
+    for key, start, theta in zip(keys, starts, batched):
+        alone = al.train(problems[key], start, 60, method="ngd", lr=0.1, record_steps=record).theta[:, 0]
+        assert theta.shape == alone.shape
+        assert np.allclose(theta, alone, rtol=0, atol=1e-8 * np.abs(alone).max())
+    gd = al.train_problems([problems["p", 2], problems["p", 8]], [np.zeros(20)] * 2, 30, "gd", 5.0, reduce=False)
+    assert np.allclose(gd[0][-1], al.train(problems["p", 2], np.zeros(20), 30, method="gd", lr=5.0).final[0])
+    with pytest.raises(ValueError, match="one start per problem"):
+        al.train_problems([problems["p", 2]], [], 10)
+    with pytest.raises(ValueError, match="shape"):
+        al.train_problems([problems["p", 2]], [np.zeros(3)], 10)
+
+
+def test_selection_study_follows_every_run_and_sums_up(small_study):
+    _, _, problems, solutions = small_study
+    study = al.selection_study(problems, solutions, 400, 0.1, 100, 40.0, 10.0, rng=0)
+    feasible = study.feasible
+    assert study.record[study.window] == 100 and 100 in study.record and study.record[-1] == 400
+    for key in problems:
+        assert study.ngd[key + ("zero",)].shape == (len(study.record),) + problems[key].shape
+        assert (key + ("cone",) in study.ngd) == feasible[key] and study.gd[key].shape[0] == 2
+        assert np.array_equal(study.ngd[key + ("zero",)][0], np.zeros(problems[key].shape))
+    for key, r in study.results.items():
+        assert 0 <= r["agree"] <= 1 and ("saturated_at_gd" in r) == (key[2] == "ngd")
+        assert np.isnan(r["omc_opt"]) != feasible[key[:2]]
+    cone = [study.results[k + ("ngd", "cone")]["agree_min"] for k in problems if feasible[k]]
+    assert cone and min(cone) == 1.0  # the local theorem from the cone, on small sizes
+    for r in study.judged.values():
+        assert r["settled"] and r["local"] and r["growth"] >= 2
+    for c in study.offset_curves():
+        assert c["norm"][0] == c["offset"][0] == 1.0 and len(c["norm"]) == len(study.record) - study.window
+    summary = study.summary()
+    assert summary["judged_runs"] == len(study.judged) and summary["ngd_runs"] == len(problems)
+    assert summary["zero_feasible_count"] == sum(feasible.values())
+    assert len(study.table().splitlines()) == 1 + len(study.results)
+
+
+def test_attention_run_trains_a_readers_own_setting(small_study):
+    pool, v, problems, solutions = small_study
+    prob, theta = al.attention_run(pool, v, 4, "p", "zero", 200, 0.1, 10.0)
+    assert prob.n == 4 and theta.shape == (20,) and np.linalg.norm(theta) == pytest.approx(20.0, rel=0.05)
+    prob, theta = al.attention_run(pool, v, 2, "W", "cone", 50, 0.1, 10.0, rng=0)
+    assert theta.shape == (20, 20) and np.all(prob.selection(theta) == prob.opt)
+    with pytest.raises(ValueError, match="kind"):
+        al.attention_run(pool, v, 4, "q", "zero", 10, 0.1, 10.0)
+    with pytest.raises(ValueError, match="n must be"):
+        al.attention_run(pool, v, 1, "p", "zero", 10, 0.1, 10.0)
+    infeasible = [n for n in range(2, pool.n) if al.nested_svms(pool, v, [n])[1]["p", n] is None][:1]
+    if infeasible:
+        with pytest.raises(al.InfeasibleError):
+            al.attention_run(pool, v, infeasible[0], "p", "cone", 10, 0.1, 10.0)

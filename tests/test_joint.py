@@ -310,3 +310,103 @@ def test_joint_path_at_equal_radii_goes_to_the_balanced_direction():
     squared = al.joint.joint_regularization_path(X, y, 1, radii, radii**2)
     assert al.angle_degrees(equal.p[-1], balanced) < 0.1
     assert al.angle_degrees(squared.p[-1], svms.relaxed.theta) < 0.1
+
+
+# ---------------------------------------------------------------------- reading joint runs and paths
+
+
+def test_selected_mass_and_confidence_against_their_definitions():
+    X, y = al.datasets.joint_tokens(relaxed=True)
+    traj = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=20)
+    mass = al.joint.selected_mass(traj, 1)
+    assert mass.shape == (21, 1, 3)
+    logits = np.einsum("rbk,itk->rbit", traj.p, X)  # W = I: keys are the tokens
+    np.testing.assert_allclose(mass, np.exp(logits[..., 1]) / np.exp(logits).sum(-1), rtol=1e-12)
+    f = np.einsum("rbd,itd,rbit->rbi", traj.v, X, np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+    conf = al.joint.classifier_confidence(traj)
+    np.testing.assert_allclose(conf, 1 / (1 + np.exp(-y * f)), rtol=1e-12)
+    big = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=3000, lr=1.0)
+    assert np.all(np.isfinite(al.joint.classifier_confidence(big)))  # no overflow at large outputs
+
+
+def test_arc_position_is_zero_at_the_relaxed_svm_one_at_the_full_and_signed():
+    _, _, svms = official(1.5)
+    a_rel = np.arctan2(*svms.relaxed.theta[::-1])
+    a_full = np.arctan2(*svms.full.theta[::-1])
+    angles = a_rel + np.array([0.0, 0.5, 1.0, -0.5, 2.0]) * (a_full - a_rel)
+    P = 3.0 * np.stack([np.cos(angles), np.sin(angles)], -1)
+    np.testing.assert_allclose(al.joint.arc_position(P, svms), [0.0, 0.5, 1.0, -0.5, 2.0], atol=1e-12)
+
+
+def test_train_joint_ratio_moves_v_rho_times_faster_and_is_the_stack_at_rho_1():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    P0, V0 = al.datasets.JOINT_P0, al.datasets.JOINT_V0
+    one = al.joint.train_joint_ratio(sets, P0, V0, 100, rho=1.0)
+    stack = al.joint.train_joint_stack(sets, P0, V0, 100)
+    for a, b in zip(one, stack):
+        np.testing.assert_allclose(a.p, b.p, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(a.v, b.v, rtol=1e-12, atol=1e-12)
+    fast = al.joint.train_joint_ratio(sets, P0, V0, 300, rho=4.0)[1]
+    step_p = np.linalg.norm(np.diff(fast.p[:, 0], axis=0), axis=-1)
+    step_v = np.linalg.norm(np.diff(fast.v[:, 0], axis=0), axis=-1)
+    np.testing.assert_allclose(step_p, 0.1, rtol=1e-9)  # NGD: every move has length eta on p ...
+    np.testing.assert_allclose(step_v, 0.4, rtol=1e-9)  # ... and rho * eta on v
+    np.testing.assert_array_equal(fast.problem.X, sets[1][0])  # the original data, not rho X
+    # the loss recorded is the loss of the original problem at (p, v)
+    np.testing.assert_allclose(fast.loss, fast.problem.value(fast.p, fast.v), rtol=1e-10)
+    with pytest.raises(ValueError, match="rho"):
+        al.joint.train_joint_ratio(sets, P0, V0, 10, rho=0.0)
+
+
+def test_joint_path_rows_and_table_read_the_path_against_the_svms():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    radii = np.array([100.0, 1000.0])
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    path = al.joint.joint_regularization_path(X, y, 1, radii, radii**2)
+    svms = [al.joint_svms(*s, select=1) for s in sets]
+    rows = al.joint.joint_path_rows(path, X, y, svms, 1)
+    given = al.joint.joint_path_rows(path, X, y, svms, 1, [al.balanced_direction(s) for s in svms])
+    assert rows == given
+    assert [r["cls"] for r in rows] == ["same", "relaxed"]
+    assert all(r["v_ratio"] <= 1 and r["p_ratio"] <= 1 for r in rows)
+    assert rows[1]["full_ratio"] > 5  # the wrong reference fails the same bound
+    np.testing.assert_allclose(rows[1]["to_full"], svms[1].separation, atol=0.05)
+    table = al.joint.joint_path_table({("paper", 2.0): rows}, {"paper": ["tight", "relaxed"]})
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| tight | 2 |") and lines[3].endswith("| relaxed |")
+
+
+def _balanced_by_cvxpy(svms, rho):
+    import cvxpy as cp
+
+    n, T, dk = svms.keys.shape
+    rows = np.ones((n, T), bool)
+    rows[np.arange(n), svms.select] = False
+    D = (svms.keys[np.arange(n), svms.select][:, None, :] - svms.keys)[rows]
+    s = (rho * (svms.label_margins - svms.label_margins.min()))[:, None].repeat(T, 1)[rows]
+    p, tau = cp.Variable(dk), cp.Variable()
+    cp.Problem(cp.Maximize(tau), [D @ p + s >= tau, D @ p >= 0, cp.norm(p) <= 1]).solve(solver=cp.CLARABEL)
+    return p.value, D, s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_balanced_direction_by_bisection_matches_the_cone_program_without_falling_back(seed, monkeypatch):
+    """The exact bisection answers (no cvxpy fallback), and its objective is at least the SOCP solver's."""
+    import attnlib.joint as joint
+
+    def no_fallback(D, s):
+        p = bisect(D, s)
+        assert p is not None
+        return p
+
+    bisect = joint._balanced_by_bisection
+    monkeypatch.setattr(joint, "_balanced_by_bisection", no_fallback)
+    X, y = al.random_joint_tokens(n=6, d=2, seed=[seed, 7])
+    D_ = al.planted_tokens(6, 4, 4, seed=seed)
+    for svms in (al.joint_svms(X, y, select=1), al.decoder_svms(al.joint_self_attention(D_.X, D_.y), D_.signal)):
+        for rho in (0.0, 1.0, 5.0):
+            p = al.balanced_direction(svms, rho)
+            q, D, s = _balanced_by_cvxpy(svms, rho)
+            assert abs(np.linalg.norm(p) - 1) < 1e-12 and np.min(D @ p) >= -1e-9
+            assert np.min(D @ p + s) >= np.min(D @ q + s) - 1e-8  # as good as the SOCP, to its tolerance
+            assert al.angle_degrees(p, q) < 1e-2

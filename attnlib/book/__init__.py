@@ -11,7 +11,7 @@
 ``import attnlib`` works without Jupyter.
 """
 
-from . import widgets
+from . import performance, widgets
 from .checks import CHECK_MIME, STATUSES, Check, Checks
 from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
@@ -19,6 +19,7 @@ from .timing import blas_threads, timed
 from .widgets import explorer, static_explorers
 
 __all__ = [
+    "performance",
     "widgets",
     "CHECK_MIME",
     "STATUSES",
