@@ -123,6 +123,11 @@ from .factorization import (
     svm_constraints,
     svm_rank_grid,
     train_kq,
+    SVMBatch,
+    frobenius_svm_batch,
+    nuclear_svm_batch,
+    train_kq_grid,
+    svm_pair_batch,
 )
 
 # Figures, and the book's machinery (checks, parameters, explorers, run, sweep, build).
@@ -302,4 +307,9 @@ __all__ = [
     "joint_path_bounds",
     "joint_regularization_path",
     "train_joint_stack",
+    "SVMBatch",
+    "frobenius_svm_batch",
+    "nuclear_svm_batch",
+    "train_kq_grid",
+    "svm_pair_batch",
 ]
