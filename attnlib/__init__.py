@@ -63,6 +63,7 @@ from .metrics import (
     selection_mass,
 )
 from .metrics import descent_bound, exponential_rate, gradient_cosine
+from .metrics import gd_gap_constant, late_offset_exponent, late_offset_ratio, ngd_rate_tolerance
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
@@ -176,6 +177,10 @@ __all__ = [
     "descent_bound",
     "exponential_rate",
     "gradient_cosine",
+    "gd_gap_constant",
+    "late_offset_exponent",
+    "late_offset_ratio",
+    "ngd_rate_tolerance",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",

@@ -76,3 +76,44 @@ def test_w_svm_of_one_query_is_the_raw_token_p_svm_times_the_query():
     p_mm = al.max_margin(al.prompt_attention(X, [1], al.datasets.SCORE_HEAD)).theta
     assert X.shape == (1, 3, 3)
     np.testing.assert_allclose(W_mm, np.outer(p_mm, z) / (z @ z), atol=1e-7)
+
+
+def _fig1a_ngd(steps=2000):
+    prob = al.datasets.single_input()
+    run = al.train(prob, al.datasets.SINGLE_INPUT_INITS[:3], steps=steps, method="ngd", lr=0.1, record_every=10)
+    return prob, al.max_margin(prob), run
+
+
+def test_late_offset_exponent_and_ratio_tell_the_limit_from_a_wrong_direction():
+    prob, sol, run = _fig1a_ngd()
+    wrong = al.enumerate_selections(prob)[1].solution.theta  # p_mm(alpha = 2): not a limit
+    assert np.all(al.late_offset_exponent(run.steps, run.theta, sol.theta) < 0.1)
+    assert np.all(al.late_offset_exponent(run.steps, run.theta, wrong) > 0.9)
+    assert np.all(al.late_offset_ratio(run.steps, run.theta, sol.theta) <= 1)
+    assert np.all(al.late_offset_ratio(run.steps, run.theta, wrong) > 2)
+
+
+def test_late_offset_ratio_of_a_frozen_offset_is_one_half():
+    steps = np.arange(0.0, 101.0)
+    theta = np.stack([steps + 1.0, np.full_like(steps, 2.0)], axis=-1)[:, None, :]  # offset 2, norm growing
+    assert al.late_offset_ratio(steps, theta, [1.0, 0.0])[0] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_ngd_rate_tolerance_formula_and_the_rate_it_covers():
+    prob, sol, run = _fig1a_ngd()
+    eps = al.ngd_rate_tolerance(prob, sol.theta, run.steps, run.theta, 0.1)
+    half = np.searchsorted(run.steps, run.steps[-1] / 2)
+    d = np.array([[-1.1, 1.0, 0.0], [-0.1, 1.0, 0.0]])  # k_opt - k_t of Fig. 1(a)
+    B = al.orthogonal_offset(run.theta[half:], sol.theta).max()
+    spread = 2 * B * al.orthogonal_offset(d, sol.theta).max() + np.log(2)
+    assert eps == pytest.approx(spread / (sol.margin * 0.1 * (run.steps[-1] - run.steps[half])))
+    rate = al.exponential_rate(run.steps, prob.log_gap(run.theta)) / (sol.margin * 0.1)
+    assert np.all(np.abs(rate - 1) <= eps)
+
+
+def test_gd_gap_constant_fails_where_tokens_outside_the_margin_linger():
+    prob = al.datasets.multi_input(0)
+    sol = al.max_margin(prob)
+    run = al.train(prob, np.zeros(3), steps=3000, method="gd", lr=1.0, record_steps=al.log_steps(3000, 16))
+    value, tol = al.gd_gap_constant(prob, run.steps[1:], run.theta[1:, 0], 1.0, 1 / sol.margin)
+    assert abs(value - 1) > 10 * tol
