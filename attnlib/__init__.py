@@ -64,6 +64,7 @@ from .metrics import (
 )
 from .metrics import descent_bound, exponential_rate, gradient_cosine
 from .metrics import gd_gap_constant, late_offset_exponent, late_offset_ratio, ngd_rate_tolerance
+from .metrics import descent_ratio, offset_relaxation_reason
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
@@ -181,6 +182,8 @@ __all__ = [
     "late_offset_exponent",
     "late_offset_ratio",
     "ngd_rate_tolerance",
+    "descent_ratio",
+    "offset_relaxation_reason",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",

@@ -140,3 +140,39 @@ def random_tokens(
         X[np.arange(n), best] = _unit(X[np.arange(n), best] + (y * c)[:, None] * u)
     Z = None if queries == "self" else _unit(rng.standard_normal((n, d)))
     return self_attention(X, y, u, Z, loss)
+
+
+def random_and_adversarial_starts(prob: TokenSelectionProblem, theta_mm, count: int, norm: float, seed: int = 0):
+    """Starts for "from any initialisation": adversarial ones, the rest random in the key plane.
+
+    Adversarial (norm ``norm``): pointing at each non-optimal token of sample 0, at ``−θ_mm``, and
+    perpendicular to ``θ_mm`` both ways. Random: uniform directions in the plane of the first two
+    coordinates, norms log-uniform in ``[1/norm, norm]`` (``numpy.random.default_rng(seed)``).
+    Returns ``(starts (count, d), is_adversarial (count,))``, the adversarial ones last.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.multi_input(0)
+    >>> starts, adv = al.datasets.random_and_adversarial_starts(prob, al.max_margin(prob).theta, 20, 10.0)
+    >>> starts.shape, int(adv.sum())
+    ((20, 3), 9)
+    """
+    u = np.asarray(theta_mm, float) / np.linalg.norm(theta_mm)
+    d = u.size
+    keys = prob.A[0, np.arange(prob.T) != prob.opt[0]]  # sample 0's non-optimal tokens
+    toward = np.zeros_like(keys)
+    toward[:, :2] = keys[:, :2] / np.linalg.norm(keys[:, :2], axis=-1, keepdims=True)
+    perp = np.zeros(d)
+    perp[:2] = -u[1], u[0]
+    adversarial = norm * np.vstack([toward, -u, perp, -perp])
+    n_uniform = count - len(adversarial)
+    if n_uniform < 0:
+        raise ValueError(f"count must be at least the {len(adversarial)} adversarial starts, got {count}")
+    rng = np.random.default_rng(seed)
+    angles = rng.uniform(0, 2 * np.pi, n_uniform)
+    radii = norm ** rng.uniform(-1, 1, n_uniform)
+    uniform = np.zeros((n_uniform, d))
+    uniform[:, 0], uniform[:, 1] = radii * np.cos(angles), radii * np.sin(angles)
+    return np.vstack([uniform, adversarial]), np.r_[np.zeros(n_uniform, bool), np.ones(len(adversarial), bool)]
+
+
+__all__ += ["random_and_adversarial_starts"]

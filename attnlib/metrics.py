@@ -376,3 +376,32 @@ def ngd_rate_tolerance(prob: TokenSelectionProblem, theta_mm, steps, theta, lr: 
 
 
 __all__ += ["gd_gap_constant", "late_offset_exponent", "late_offset_ratio", "ngd_rate_tolerance"]
+
+
+def descent_ratio(prob: TokenSelectionProblem, theta_mm, theta) -> float:
+    """Largest ``cos(∇L(θ), θ_mm)`` over the points ``theta`` (*batch, *shape), in units of :func:`descent_bound`.
+
+    The descent lemma with equal non-optimal scores says it is at most ``−1`` at every point.
+    """
+    theta = np.asarray(theta, float).reshape((-1,) + prob.shape)
+    return float(np.max(gradient_cosine(prob, theta, theta_mm)) / -descent_bound(prob, theta_mm))
+
+
+def offset_relaxation_reason(prob: TokenSelectionProblem, sol, T: int, lr: float) -> str | None:
+    """Why NGD's direction checks do not apply at horizon ``T``, or ``None``: decided from the SVM.
+
+    With at least two SVM-neighbours the offset relaxes to its limit like ``e^{−κ a}``
+    (:func:`offset_equilibrium`) with ``a ≈ ηT``; the check needs ``κ η T/2 ≥ 6`` (six e-foldings
+    after mid-run). A single neighbour has ``κ = 0`` and nothing to relax: the check applies.
+    """
+    kappa = offset_equilibrium(prob, sol)[1]
+    relaxation = kappa * lr * T / 2
+    if sol.neighbors.sum() >= 2 and not relaxation >= 6:
+        return (
+            f"offset relaxation rate kappa = {kappa:.3g} (>= 2 SVM-neighbours): kappa * eta * T/2 = "
+            f"{relaxation:.2f} < 6, the offset is still travelling to its limit at T = {T}"
+        )
+    return None
+
+
+__all__ += ["descent_ratio", "offset_relaxation_reason"]

@@ -1210,15 +1210,21 @@ def margin_deficits_and_spectra(mat, figsize=(10, 4)):
 __all__ += ["NORM_COLORS", "margin_deficits_and_spectra"]
 
 
-def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=None):
+def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=None, fig=None):
     """Two panels of a GD/NGD/Polyak comparison (a :class:`attnlib.rates.Comparison`, any subset of
     the methods): the direction error, and ``−log10 max_i(1 − σ_i,opt)`` with NGD's predicted line
     ``η t/(‖W_mm‖ ln 10)`` (``wmm``: the median ``‖W_mm‖``) when NGD is shown. ``members``: the columns
-    drawn; ``upto``: the last iteration drawn. Returns a Figure (1 × 2)."""
+    drawn; ``upto``: the last iteration drawn. Returns a Figure (1 × 2): ``fig``, if given (a figure
+    this function drew before), cleared and redrawn with its layout kept (cheaper for an explorer)."""
     import matplotlib.pyplot as plt
 
     runs, cur = comparison.runs, comparison.curves
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
+    if fig is None:
+        fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
+    else:
+        axes = fig.axes[:2]
+        for ax in axes:
+            ax.clear()
     method_bands(axes[0], runs, {m: cur[m]["direction_error"] for m in runs}, labels, members, upto=upto)
     mass = {m: cur[m]["log_mass"] for m in runs}
     method_bands(axes[1], runs, mass, None, members, upto=upto, transform=lambda y: -y / np.log(10))
@@ -1527,3 +1533,52 @@ def check_values_by_seed(rows, columns: int = 3, log=()):
 
 
 __all__ += ["VERDICT_COLORS", "check_values_by_seed"]
+
+
+def gap_descent_and_w_panels(axes, gap_curves, grid, cos, theta_mm, w_steps, w_errors):
+    """Three panels: GD's loss gap in units of ``M²/(ηt)``, a map of ``cos(∇L, p_mm*)``, W's direction error.
+
+    ``gap_curves``: ``[(t (R,), ηt(L − L*)/M² (R,), label), ...]`` drawn on ``axes[0]`` against the
+    constant 1; ``grid``, ``cos``, ``theta_mm``: the map of :func:`gradient_cosine_map` with the SVM
+    ray; ``w_steps`` (R,) and ``w_errors``: ``[(1 − corr (R, B), colour, label), ...]`` on log axes.
+    """
+    for t, value, label in gap_curves:
+        axes[0].semilogx(t, value, label=label)
+    axes[0].axhline(1, color="k", ls=":", lw=1, label=r"$M^2/(\eta t)$ exactly")
+    axes[0].set(xlabel="iteration $t$", ylabel=r"$\eta\,t\,(L - L_\star)/M^2$", title="(a) plain GD: the loss gap")
+    axes[0].legend(loc="lower right")
+    image = gradient_cosine_map(axes[1], grid, cos)
+    direction(axes[1], theta_mm, length=0.7 * float(np.max(np.abs(grid))), label=r"$p^{\mathrm{mm}\star}$")
+    axes[1].figure.colorbar(image, ax=axes[1], label=r"$\cos(\nabla L(p), p^{\mathrm{mm}\star})$")
+    lim = (float(grid[0]), float(grid[-1]))
+    axes[1].set(xlim=lim, ylim=lim, title="(b) unequal scores: red = no descent along $p^{\\mathrm{mm}\\star}$")
+    axes[1].legend(loc="upper right")
+    for error, color, label in w_errors:
+        axes[2].loglog(w_steps[1:], error[1:], color=color, lw=1)
+        axes[2].plot([], [], color=color, label=label)
+    axes[2].set(xlabel="iteration $t$", ylabel=r"$1 - \mathrm{corr}(W(t), \cdot)$", title="(c) NGD on $W$")
+    axes[2].legend(loc="lower left")
+    return axes
+
+
+def norm_and_offset_settling(axes, steps, norm, M, offset_error, kappa_M):
+    """GD on a log grid: ``‖p(t)‖`` against ``log t`` with slope ``M``, and ``|p_2 − p_2(∞)|`` with ``t^{−κM}``.
+
+    ``steps``, ``norm``, ``offset_error``: (R,) positive steps and the run's values there; the guides
+    pass through the last record.
+    """
+    color = COLORS["local"]
+    axes[0].semilogx(steps, norm, color=color, label=r"GD, $\|p(t)\|$")
+    guide = M * np.log(steps / steps[-1]) + norm[-1]
+    axes[0].semilogx(steps, guide, "k--", lw=1, label=rf"$M \log t + c$, $M = {M:.3g}$")
+    axes[0].set(xlabel="iteration $t$ (log scale)", ylabel=r"$\|p(t)\|$", title=r"(a) norm: slope $M$ against $\log t$")
+    axes[1].loglog(steps, offset_error, color=color, label=r"$|p_2(t) - p_2(\infty)|$")
+    guide = offset_error[-1] * (steps / steps[-1]) ** (-kappa_M)
+    axes[1].loglog(steps, guide, "k--", lw=1, label=rf"$\propto t^{{-\kappa M}}$, $\kappa M = {kappa_M:.3g}$")
+    axes[1].set(xlabel="iteration $t$", ylabel=r"$|p_2(t) - p_2(\infty)|$", title="(b) the offset settles")
+    for ax in axes:
+        ax.legend(loc="best")
+    return axes
+
+
+__all__ += ["gap_descent_and_w_panels", "norm_and_offset_settling"]

@@ -117,3 +117,40 @@ def test_gd_gap_constant_fails_where_tokens_outside_the_margin_linger():
     run = al.train(prob, np.zeros(3), steps=3000, method="gd", lr=1.0, record_steps=al.log_steps(3000, 16))
     value, tol = al.gd_gap_constant(prob, run.steps[1:], run.theta[1:, 0], 1.0, 1 / sol.margin)
     assert abs(value - 1) > 10 * tol
+
+
+def test_descent_ratio_is_the_largest_cosine_over_the_bound():
+    prob = al.datasets.single_input()
+    sol = al.max_margin(prob)
+    points = np.random.default_rng(1).normal(scale=5, size=(7, 4, 3))
+    expected = al.gradient_cosine(prob, points, sol.theta).max() / -al.descent_bound(prob, sol.theta)
+    assert al.descent_ratio(prob, sol.theta, points) == pytest.approx(expected)
+    assert al.descent_ratio(prob, sol.theta, points) <= -1
+    local = al.datasets.single_input(local=True)
+    assert al.descent_ratio(local, al.max_margin(local).theta, [[10.0, -10.0, 0.0]]) > 0
+
+
+def test_offset_relaxation_reason_only_for_two_neighbours_and_a_short_horizon():
+    prob = al.datasets.loss_study(3.0)  # two neighbours, kappa = 1 (M = 1)
+    sol = al.max_margin(prob)
+    assert al.offset_relaxation_reason(prob, sol, 120, 0.1) is None  # 1 * 0.1 * 120 / 2 = 6
+    reason = al.offset_relaxation_reason(prob, sol, 100, 0.1)
+    assert reason is not None and "kappa = 1" in reason and "5.00 < 6" in reason
+    single = al.datasets.single_input()  # one neighbour: nothing to relax
+    assert al.offset_relaxation_reason(single, al.max_margin(single), 10, 0.1) is None
+
+
+def test_random_and_adversarial_starts():
+    prob = al.datasets.multi_input(2)
+    sol = al.max_margin(prob)
+    starts, adversarial = al.datasets.random_and_adversarial_starts(prob, sol.theta, 30, 4.0, seed=5)
+    assert starts.shape == (30, 3) and adversarial.sum() == 9 and np.all(adversarial[-9:])
+    np.testing.assert_allclose(np.linalg.norm(starts[adversarial], axis=-1), 4.0)
+    assert np.all(starts[:, 2] == 0)
+    norms = np.linalg.norm(starts[~adversarial], axis=-1)
+    assert np.all((norms >= 1 / 4.0) & (norms <= 4.0))
+    np.testing.assert_allclose(starts[-3], -4.0 * sol.direction)  # the one pointing away from p_mm*
+    again, _ = al.datasets.random_and_adversarial_starts(prob, sol.theta, 30, 4.0, seed=5)
+    np.testing.assert_array_equal(starts, again)
+    with pytest.raises(ValueError):
+        al.datasets.random_and_adversarial_starts(prob, sol.theta, 5, 4.0)

@@ -1050,3 +1050,31 @@ def test_check_values_by_seed_draws_one_panel_per_numeric_check_coloured_by_verd
     np.testing.assert_allclose(colors[0][:3], matplotlib.colors.to_rgb(al.plots.VERDICT_COLORS["passed"]))
     np.testing.assert_allclose(colors[1][:3], matplotlib.colors.to_rgb(al.plots.VERDICT_COLORS["failed"]))
     assert [ax.axison for ax in fig.axes] == [True, True]  # two panels: "b" had no numeric value
+
+
+def test_rates_overview_redraws_the_figure_it_is_given():
+    cmp, sols = _tiny_comparison()
+    fig = al.plots.rates_overview(cmp, slice(None), None, 0.3, 2.0)
+    fig.subplots_adjust(left=0.2)
+    only = al.rates.Comparison({"ngd": cmp.runs["ngd"]}, {"ngd": cmp.curves["ngd"]})
+    again = al.plots.rates_overview(only, slice(None), {"ngd": "NGD"}, 0.3, 2.0, upto=20, fig=fig)
+    assert again is fig and len(fig.axes) == 2 and fig.subplotpars.left == 0.2
+    assert [len(ax.get_lines()) for ax in fig.axes] == [1, 2]  # NGD's median, and its predicted line
+    assert fig.axes[0].get_yscale() == "log" and fig.axes[0].get_xlabel() == "iteration $t$"
+
+
+def test_gap_descent_and_w_panels_and_norm_and_offset_settling():
+    fig, axes = plt.subplots(1, 3)
+    t = np.array([1.0, 10.0, 100.0])
+    grid = np.linspace(-2, 2, 5)
+    w_steps = np.arange(4.0)
+    errors = [(np.full((4, 2), 0.1), "r", "a"), (np.full((4, 2), 0.2), "0.5", "b")]
+    al.plots.gap_descent_and_w_panels(axes, [(t, 1 - 1 / t, "x")], grid, -np.ones(25), [1.0, 0.0], w_steps, errors)
+    np.testing.assert_allclose(axes[0].get_lines()[0].get_ydata(), 1 - 1 / t)
+    assert len(fig.axes) == 4  # the three panels and the colour bar
+    assert len([line for line in axes[2].get_lines() if len(line.get_xdata()) == 3]) == 4  # 2 runs x 2 references
+    fig2, axes2 = plt.subplots(1, 2)
+    al.plots.norm_and_offset_settling(axes2, t, 2 * np.log(t) + 1, 2.0, 1 / t, 1.0)
+    guide = axes2[0].get_lines()[1].get_ydata()
+    np.testing.assert_allclose(guide, 2 * np.log(t) + 1)  # slope M through the last point: the run itself
+    np.testing.assert_allclose(axes2[1].get_lines()[1].get_ydata(), 1 / t)
