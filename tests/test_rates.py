@@ -360,3 +360,15 @@ def test_feasibility_and_fitted_rates_tables():
     assert "slope / η = 0.125" in table and table.count("|") == 6 * 8
     with pytest.raises(KeyError):
         al.rates.fitted_rates_table({})
+
+
+def test_svm_feasibility_agrees_with_max_margin_and_certifies():
+    probs = [r.problem for r in al.rates.reduced_tokens(6, 8, 2, range(12), size=42, family="random")]
+    probs += [_local_case(), al.datasets.single_input()]
+    verdicts = [al.rates.svm_feasibility(p) for p in probs]
+    assert False in verdicts and True in verdicts
+    for p, v in zip(probs, verdicts):
+        if v is not None:
+            assert v == (al.rates.solve_each([p])[0] is not None)
+    alpha = np.array([3, 4, 3, 3, 1, 1])  # the local selection NGD ends at on _local_case()
+    assert al.rates.svm_feasibility(_local_case(), alpha) is True
