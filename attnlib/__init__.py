@@ -64,7 +64,7 @@ from .metrics import (
 )
 from .metrics import descent_bound, exponential_rate, gradient_cosine
 from .metrics import gd_gap_constant, late_offset_exponent, late_offset_ratio, ngd_rate_tolerance
-from .metrics import descent_ratio, offset_relaxation_reason
+from .metrics import descent_ratio, norm_log_slope, offset_check_horizon, offset_relaxation_reason
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
@@ -184,6 +184,8 @@ __all__ = [
     "ngd_rate_tolerance",
     "descent_ratio",
     "offset_relaxation_reason",
+    "offset_check_horizon",
+    "norm_log_slope",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",

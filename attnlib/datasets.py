@@ -176,3 +176,41 @@ def random_and_adversarial_starts(prob: TokenSelectionProblem, theta_mm, count: 
 
 
 __all__ += ["random_and_adversarial_starts"]
+
+
+def loss_study_offset(C, loss: str = "logistic"):
+    """The offset ``p_2(∞) = ½ ln(C |ℓ'(C)| / |ℓ'(1)|)`` where the loss study's path settles (any array ``C``).
+
+    For large ``p_1`` input 1 pulls ``p_2`` up with strength ``C|ℓ'(C)| e^{−p_2}`` and input 2 pulls it
+    down with ``|ℓ'(1)| e^{p_2}`` (a common factor ``e^{−p_1}`` aside); they balance there.
+
+    >>> import attnlib as al
+    >>> round(float(al.datasets.loss_study_offset(4.0, "linear")), 6)   # ½ ln C for the correlation loss
+    0.693147
+    """
+    from .losses import get_loss
+
+    d = get_loss(loss).derivative
+    C = np.asarray(C, float)
+    return 0.5 * np.log(C * d(C) / d(1.0))
+
+
+def loss_study_offset_ratio(run, C: float, loss: str, lr: float) -> float:
+    """Error of a loss-study NGD run's final ``p_2`` from :func:`loss_study_offset`, over its bound.
+
+    The bound: ``½ (C + 3) σ_max`` for the terms of relative order ``σ`` (the attention left off the
+    optimal tokens) that the balance drops; ``δ ρ/(1 − ρ)`` for the distance still to go, ``δ`` the
+    last recorded move of ``p_2`` over ``k`` steps and ``ρ = (1 − η)^k`` NGD's contraction near the
+    balance; ``10⁻¹³(1 + ‖p‖)`` for rounding. ``run``: a :class:`attnlib.Trajectory` of one run.
+    """
+    final, before = run.theta[-1, 0], run.theta[-2, 0]
+    rho = (1 - lr) ** int(run.steps[-1] - run.steps[-2])
+    from .metrics import log_one_minus_mass
+
+    sigma_max = np.exp(log_one_minus_mass(loss_study(C, loss), final).max())
+    bound = 0.5 * (C + 3) * sigma_max + abs(final[1] - before[1]) * rho / (1 - rho)
+    bound += 1e-13 * (1 + np.linalg.norm(final))
+    return float(abs(final[1] - loss_study_offset(C, loss)) / bound)
+
+
+__all__ += ["loss_study_offset", "loss_study_offset_ratio"]

@@ -405,3 +405,47 @@ def offset_relaxation_reason(prob: TokenSelectionProblem, sol, T: int, lr: float
 
 
 __all__ += ["descent_ratio", "offset_relaxation_reason"]
+
+
+def offset_check_horizon(prob: TokenSelectionProblem, sol, base: int, lr: float, cap: int = 4) -> int:
+    """NGD steps the direction checks need, decided from the SVM alone: ``base``, or more.
+
+    With at least two SVM-neighbours the offset relaxes at the rate ``κ`` of
+    :func:`offset_equilibrium`; six e-foldings after mid-run need ``κ η T/2 ≥ 6``, so the horizon is
+    ``max(base, 12/(κη))``, at most ``cap·base`` (beyond it :func:`offset_relaxation_reason` reports
+    the check as not applicable). With one neighbour: ``base``.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)   # two neighbours, κ = 1
+    >>> al.offset_check_horizon(prob, al.max_margin(prob), 100, 0.1)
+    120
+    """
+    if sol.neighbors.sum() < 2:
+        return int(base)
+    kappa = offset_equilibrium(prob, sol)[1]
+    return int(min(max(base, np.ceil(12 / (kappa * lr))), cap * base))
+
+
+__all__ += ["offset_check_horizon"]
+
+
+def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
+    """Plain GD's ``d‖p‖/d log t`` over the last half-decade in units of ``M = ‖direction‖``, and a tolerance.
+
+    ``‖p(t)‖ = M log t + O(1)`` under GD, so the slope tends to ``M``. The neglected terms are of
+    relative order ``1/t`` up to logarithms: if they shrink by at least 3/2 per half-decade, the drift
+    left in the last slope is at most twice its change ``Δ`` from the half-decade before; the
+    offset lowers the slope by about ``M(1 − cos)`` at the window's start. Returns
+    ``(slope/M, 2Δ/M + (1 − cos))``. ``steps``, ``norm`` (R,) log-spaced positive records (see
+    :func:`attnlib.half_decade_slopes`), ``theta`` (R, d) the run.
+    """
+    from .rates import half_decade_slopes
+
+    steps = np.asarray(steps, float)
+    M = float(np.linalg.norm(direction))
+    s_last, s_prev = half_decade_slopes(steps, norm)
+    start = int(np.searchsorted(steps, steps[-1] / np.sqrt(10) * (1 - 1e-12)))
+    return s_last / M, float(2 * abs(s_last - s_prev) / M + one_minus_cosine(theta[start], direction))
+
+
+__all__ += ["norm_log_slope"]

@@ -154,3 +154,22 @@ def test_random_and_adversarial_starts():
     np.testing.assert_array_equal(starts, again)
     with pytest.raises(ValueError):
         al.datasets.random_and_adversarial_starts(prob, sol.theta, 5, 4.0)
+
+
+def test_loss_study_offset_and_its_bound_ratio():
+    assert al.datasets.loss_study_offset(np.array([1.0, 9.0]), "linear") == pytest.approx([0.0, np.log(3.0)])
+    C = 3.0
+    run = al.train(al.datasets.loss_study(C), np.zeros(3), steps=1000, method="ngd", lr=0.1, record_every=5)
+    assert run.theta[-1, 0, 1] == pytest.approx(al.datasets.loss_study_offset(C), abs=1e-3)
+    assert al.datasets.loss_study_offset_ratio(run, C, "logistic", 0.1) <= 1
+    short = al.train(al.datasets.loss_study(30.0), np.zeros(3), steps=300, method="ngd", lr=0.1, record_every=5)
+    assert al.datasets.loss_study_offset_ratio(short, 30.0, "logistic", 0.1) > 1  # the path has not turned yet
+
+
+def test_norm_log_slope_reaches_M_on_neighbours_only_data():
+    prob = al.datasets.loss_study(3.0)
+    sol = al.max_margin(prob)
+    run = al.train(prob, np.zeros(3), steps=10_000, method="gd", lr=1.0, record_steps=al.log_steps(10_000, 32))
+    ratio, eps = al.norm_log_slope(run.steps[1:], run.norm[1:, 0], run.theta[1:, 0], sol.theta)
+    assert abs(ratio - 1) <= eps < 0.01
+    assert al.offset_check_horizon(prob, sol, 50, 0.1, cap=2) == 100  # 12 / (kappa eta) = 120, capped
