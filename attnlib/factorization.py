@@ -13,10 +13,12 @@ Training the key and query matrices ``K`` (d, m) and ``Q`` (d_z, m) of
 the Frobenius one ``W_mm(α)``; a width ``m < d`` caps the rank of ``K Qᵀ`` at ``m``.
 
 This module holds the trainer (:func:`train_kq`, GD / NGD / Polyak over a batch of
-initialisations or a :class:`~attnlib.ProblemStack`), a fast exact nuclear-norm SVM for the
+initialisations or a :class:`~attnlib.ProblemStack`), exact nuclear-norm SVMs for the
 self-attention features (:func:`nuclear_svm`: the SDP reduced to the span of the constraints and
-solved by Clarabel directly), and the [TFSVM] rank-versus-d grid (:func:`svm_rank_grid`) with
-infeasible instances counted apart, never as a rank.
+solved by Clarabel directly, one instance), batched certified solvers for many instances at once
+(:func:`frobenius_svm_batch`, :func:`nuclear_svm_batch`, :func:`svm_pair_batch`), the [TFSVM]
+rank-versus-d grid (:func:`svm_rank_grid`) with infeasible instances counted apart, never as a
+rank, and (K, Q) trained on every instance of such a grid (:func:`train_kq_grid`).
 """
 
 from __future__ import annotations
@@ -842,11 +844,12 @@ def svm_pair_batch(a, z):
 def _rank_cell(args):
     """Every seed of one (n, T, d) cell: both SVMs (:func:`svm_pair_batch`), their spectra."""
     n, T, d, seeds = args
+    cpu = time.process_time()
     cons = [svm_constraints(X, Z, opt) for X, _, _, Z, opt in (rank_instance(n, T, d, s) for s in seeds)]
     W, gaps, feasible, fallbacks = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
     sv = np.full((2, len(seeds), d), np.nan)
     sv[:, feasible] = np.linalg.svd(W[:, feasible], compute_uv=False)
-    return sv, gaps, fallbacks, W
+    return sv, gaps, fallbacks, W, time.process_time() - cpu
 
 
 @dataclass(frozen=True, eq=False)
@@ -863,6 +866,8 @@ class RankGrid:
         fallbacks: feasible instances a batched solver did not certify, solved per instance instead.
         seconds: wall-clock of the whole grid.  processes: worker processes used.
         solutions: (2, C, D, S, max d, max d) ``W_mm`` and ``W*_mm`` (zero-padded; NaN if infeasible).
+        cpu_seconds: CPU time of the cells, summed over the worker processes (wall-clock on a loaded
+            machine overstates the work; this does not).
     """
 
     configs: tuple
@@ -875,6 +880,7 @@ class RankGrid:
     seconds: float
     processes: int
     solutions: np.ndarray
+    cpu_seconds: float
 
     def ranks(self, tol: float) -> np.ndarray:
         """(2, C, D, S) numerical ranks at relative threshold ``tol``; ``-1`` for infeasible instances."""
@@ -933,7 +939,7 @@ def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int = 1) -> Rank
     sv = np.full((2, C, D, S, dmax), np.nan)
     acc = np.full((2, C, D, S), np.nan)
     sol = np.zeros((2, C, D, S, dmax, dmax))
-    for idx, (s, a, _, W) in enumerate(cells):
+    for idx, (s, a, _, W, _) in enumerate(cells):
         c, k = divmod(idx, D)
         sv[:, c, k, :, : s.shape[-1]] = s
         acc[:, c, k] = a
@@ -941,7 +947,8 @@ def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int = 1) -> Rank
     feasible = ~np.isnan(sv[0, ..., 0])
     sv = sv / sv[..., :1]
     fallbacks = int(sum(c[2] for c in cells))
-    return RankGrid(configs, ds, seeds, sv, feasible, acc, fallbacks, time.perf_counter() - start, processes, sol)
+    cpu = float(sum(c[4] for c in cells))
+    return RankGrid(configs, ds, seeds, sv, feasible, acc, fallbacks, time.perf_counter() - start, processes, sol, cpu)
 
 
 def train_kq_grid(
