@@ -68,6 +68,8 @@ from .metrics import (
     selection_mass,
 )
 from .metrics import descent_bound, exponential_rate, gradient_cosine
+from .metrics import gd_gap_constant, late_offset_exponent, late_offset_ratio, ngd_rate_tolerance
+from .metrics import descent_ratio, norm_log_slope, offset_check_horizon, offset_relaxation_reason
 from .joint import angle_degrees
 from .rates import curves, log_steps
 from .rates import half_decade_slopes, inverse_log_vs_power
@@ -128,6 +130,11 @@ from .factorization import (
     svm_constraints,
     svm_rank_grid,
     train_kq,
+    SVMBatch,
+    frobenius_svm_batch,
+    nuclear_svm_batch,
+    train_kq_grid,
+    svm_pair_batch,
 )
 
 # Figures, and the book's machinery (checks, parameters, explorers, run, sweep, build).
@@ -176,6 +183,14 @@ __all__ = [
     "descent_bound",
     "exponential_rate",
     "gradient_cosine",
+    "gd_gap_constant",
+    "late_offset_exponent",
+    "late_offset_ratio",
+    "ngd_rate_tolerance",
+    "descent_ratio",
+    "offset_relaxation_reason",
+    "offset_check_horizon",
+    "norm_log_slope",
     "JointAttention",
     "ProblemStack",
     "TokenSelectionProblem",
@@ -316,4 +331,9 @@ __all__ = [
     "joint_path_bounds",
     "joint_regularization_path",
     "train_joint_stack",
+    "SVMBatch",
+    "frobenius_svm_batch",
+    "nuclear_svm_batch",
+    "train_kq_grid",
+    "svm_pair_batch",
 ]

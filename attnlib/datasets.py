@@ -105,6 +105,32 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+def separable_data(n: int, d: int, seed=0, gap: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` Gaussian points in ``R^d`` labelled by a random hyperplane through the origin.
+
+    Points closer than ``gap`` to the hyperplane are redrawn, so the data are linearly separable
+    without bias (a few points become support vectors). The points are then scaled so that the
+    largest has norm 1: the logistic loss is (1/4)-smooth and GD is stable for steps below 8.
+    Returns ``X`` (n, d) and ``y`` (n,).
+    """
+    if not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    if not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    if not 0 < gap < 1:
+        raise ValueError(f"gap must lie in (0, 1), got {gap!r}")
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(d)
+    w /= np.linalg.norm(w)
+    X = np.empty((0, d))
+    while len(X) < n:
+        draw = rng.standard_normal((2 * n, d))
+        X = np.concatenate([X, draw[np.abs(draw @ w) >= gap]])
+    X = X[:n]
+    y = np.sign(X @ w)
+    return X / np.linalg.norm(X, axis=1).max(), y
+
+
 def random_tokens(
     n: int,
     T: int,
@@ -143,28 +169,75 @@ def random_tokens(
     return self_attention(X, y, u, Z, loss)
 
 
-# ---------------------------------------------------------------------- separable points
-def separable_data(n: int, d: int, seed=0, gap: float = 0.2) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` Gaussian points in ``R^d`` labelled by a random hyperplane through the origin.
+def random_and_adversarial_starts(prob: TokenSelectionProblem, theta_mm, count: int, norm: float, seed: int = 0):
+    """Starts for "from any initialisation": adversarial ones, the rest random in the key plane.
 
-    Points closer than ``gap`` to the hyperplane are redrawn, so the data are linearly separable
-    without bias (a few points become support vectors). The points are then scaled so that the
-    largest has norm 1: the logistic loss is (1/4)-smooth and GD is stable for steps below 8.
-    Returns ``X`` (n, d) and ``y`` (n,).
+    Adversarial (norm ``norm``): pointing at each non-optimal token of sample 0, at ``−θ_mm``, and
+    perpendicular to ``θ_mm`` both ways. Random: uniform directions in the plane of the first two
+    coordinates, norms log-uniform in ``[1/norm, norm]`` (``numpy.random.default_rng(seed)``).
+    Returns ``(starts (count, d), is_adversarial (count,))``, the adversarial ones last.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.multi_input(0)
+    >>> starts, adv = al.datasets.random_and_adversarial_starts(prob, al.max_margin(prob).theta, 20, 10.0)
+    >>> starts.shape, int(adv.sum())
+    ((20, 3), 9)
     """
-    if not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
-    if not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
-    if not 0 < gap < 1:
-        raise ValueError(f"gap must lie in (0, 1), got {gap!r}")
+    u = np.asarray(theta_mm, float) / np.linalg.norm(theta_mm)
+    d = u.size
+    keys = prob.A[0, np.arange(prob.T) != prob.opt[0]]  # sample 0's non-optimal tokens
+    toward = np.zeros_like(keys)
+    toward[:, :2] = keys[:, :2] / np.linalg.norm(keys[:, :2], axis=-1, keepdims=True)
+    perp = np.zeros(d)
+    perp[:2] = -u[1], u[0]
+    adversarial = norm * np.vstack([toward, -u, perp, -perp])
+    n_uniform = count - len(adversarial)
+    if n_uniform < 0:
+        raise ValueError(f"count must be at least the {len(adversarial)} adversarial starts, got {count}")
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal(d)
-    w /= np.linalg.norm(w)
-    X = np.empty((0, d))
-    while len(X) < n:
-        draw = rng.standard_normal((2 * n, d))
-        X = np.concatenate([X, draw[np.abs(draw @ w) >= gap]])
-    X = X[:n]
-    y = np.sign(X @ w)
-    return X / np.linalg.norm(X, axis=1).max(), y
+    angles = rng.uniform(0, 2 * np.pi, n_uniform)
+    radii = norm ** rng.uniform(-1, 1, n_uniform)
+    uniform = np.zeros((n_uniform, d))
+    uniform[:, 0], uniform[:, 1] = radii * np.cos(angles), radii * np.sin(angles)
+    return np.vstack([uniform, adversarial]), np.r_[np.zeros(n_uniform, bool), np.ones(len(adversarial), bool)]
+
+
+__all__ += ["random_and_adversarial_starts"]
+
+
+def loss_study_offset(C, loss: str = "logistic"):
+    """The offset ``p_2(∞) = ½ ln(C |ℓ'(C)| / |ℓ'(1)|)`` where the loss study's path settles (any array ``C``).
+
+    For large ``p_1`` input 1 pulls ``p_2`` up with strength ``C|ℓ'(C)| e^{−p_2}`` and input 2 pulls it
+    down with ``|ℓ'(1)| e^{p_2}`` (a common factor ``e^{−p_1}`` aside); they balance there.
+
+    >>> import attnlib as al
+    >>> round(float(al.datasets.loss_study_offset(4.0, "linear")), 6)   # ½ ln C for the correlation loss
+    0.693147
+    """
+    from .losses import get_loss
+
+    d = get_loss(loss).derivative
+    C = np.asarray(C, float)
+    return 0.5 * np.log(C * d(C) / d(1.0))
+
+
+def loss_study_offset_ratio(run, C: float, loss: str, lr: float) -> float:
+    """Error of a loss-study NGD run's final ``p_2`` from :func:`loss_study_offset`, over its bound.
+
+    The bound: ``½ (C + 3) σ_max`` for the terms of relative order ``σ`` (the attention left off the
+    optimal tokens) that the balance drops; ``δ ρ/(1 − ρ)`` for the distance still to go, ``δ`` the
+    last recorded move of ``p_2`` over ``k`` steps and ``ρ = (1 − η)^k`` NGD's contraction near the
+    balance; ``10⁻¹³(1 + ‖p‖)`` for rounding. ``run``: a :class:`attnlib.Trajectory` of one run.
+    """
+    final, before = run.theta[-1, 0], run.theta[-2, 0]
+    rho = (1 - lr) ** int(run.steps[-1] - run.steps[-2])
+    from .metrics import log_one_minus_mass
+
+    sigma_max = np.exp(log_one_minus_mass(loss_study(C, loss), final).max())
+    bound = 0.5 * (C + 3) * sigma_max + abs(final[1] - before[1]) * rho / (1 - rho)
+    bound += 1e-13 * (1 + np.linalg.norm(final))
+    return float(abs(final[1] - loss_study_offset(C, loss)) / bound)
+
+
+__all__ += ["loss_study_offset", "loss_study_offset_ratio"]

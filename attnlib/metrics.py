@@ -358,3 +358,150 @@ def exponential_rate(t, log_y, start: float = 0.5) -> np.ndarray:
 
 
 __all__ += ["gradient_cosine", "descent_bound", "exponential_rate"]
+
+
+def gd_gap_constant(prob: TokenSelectionProblem, steps, theta, lr: float, M: float) -> tuple[float, float]:
+    """Plain GD's loss gap in units of its prediction, ``η t (L − L*) / M²``, and a tolerance.
+
+    Under GD with step ``η`` and equal non-optimal scores, ``d(L − L*)/dt = −η‖∇L‖²`` with
+    ``‖∇L‖ = (L − L*)/M`` to leading order (``M = ‖p_mm*‖``), so ``L − L* ≈ M²/(ηt)``. ``steps`` (R,)
+    recorded steps (log-spaced, all positive), ``theta`` (R, *shape) one run. Returns the value at
+    the last record and ``2|change since t_end/√10|``: if the deviation from 1 shrinks by at least
+    3/2 per half-decade, what is left of it is at most twice that change.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)
+    >>> run = al.train(prob, np.zeros(3), steps=3000, method="gd", lr=1.0, record_steps=al.log_steps(3000, 16))
+    >>> value, tol = al.gd_gap_constant(prob, run.steps[1:], run.theta[1:, 0], 1.0, 1.0)
+    >>> bool(abs(value - 1) <= tol < 0.01)
+    True
+    """
+    steps = np.asarray(steps, float)
+    ratio = lr * steps * prob.gap(theta) / M**2
+    earlier = int(np.searchsorted(steps, steps[-1] / np.sqrt(10)))
+    return float(ratio[-1]), float(2 * abs(ratio[-1] - ratio[earlier]))
+
+
+def late_offset_exponent(steps, theta, direction) -> np.ndarray:
+    """Growth exponent of the offset from ``direction`` against ``‖θ‖`` over the second half: (B,).
+
+    From the record of largest offset in ``[T/4, T/2]`` to the last one (:func:`offset_exponent`);
+    the largest, because an offset converging from the other side passes near zero. A bounded
+    offset gives about 0, a run heading for another fixed direction 1. ``steps`` (R,), ``theta``
+    (R, B, *shape).
+    """
+    steps = np.asarray(steps, float)
+    theta = np.asarray(theta, float)
+    quarter, half = np.searchsorted(steps, [steps[-1] / 4, steps[-1] / 2])
+    largest = quarter + np.argmax(orthogonal_offset(theta[quarter : half + 1], direction), axis=0)
+    return offset_exponent(theta[largest, np.arange(theta.shape[1])], theta[-1], direction)
+
+
+def late_offset_ratio(steps, theta, direction) -> np.ndarray:
+    """``1 − cos(θ(T), d)`` over the value an offset of ``√2 B`` gives, ``B`` the largest in ``[T/4, T/2]``: (B,).
+
+    Exactly ``1 − cos = 1 − √(1 − ‖q‖²/‖θ‖²)`` with ``q`` the offset from the line of ``d``. An offset
+    growing at most like ``‖θ‖^{1/2}`` while ``‖θ‖`` doubles (the growth exponent ≤ 1/2 of
+    :func:`late_offset_exponent`) keeps the ratio at most 1; a fixed wrong direction gives ≫ 1.
+    ``steps`` (R,), ``theta`` (R, B, *shape).
+    """
+    steps = np.asarray(steps, float)
+    theta = np.asarray(theta, float)
+    quarter, half = np.searchsorted(steps, [steps[-1] / 4, steps[-1] / 2])
+    B = orthogonal_offset(theta[quarter : half + 1], direction).max(axis=0)
+    norm = np.linalg.norm(theta[-1].reshape(theta.shape[1], -1), axis=-1)
+    return one_minus_cosine(theta[-1], direction) / (1 - np.sqrt(1 - 2 * B**2 / norm**2))
+
+
+def ngd_rate_tolerance(prob: TokenSelectionProblem, theta_mm, steps, theta, lr: float) -> float:
+    """Tolerance on an NGD decay rate ``rate·M/η`` fitted over ``[T/2, T]`` (:func:`exponential_rate`).
+
+    ``log(1 − σ̄_opt)`` and ``log(L − L*)`` are ``−ηt/M + Φ(t)`` plus a constant, ``Φ`` a log-sum-exp
+    over the N non-optimal tokens of ``−(c − 1)a/M − ⟨q, d⟩``. Over the window ``Φ`` changes by at most
+    ``2 B D_⊥ + ln N`` (``B`` the largest offset in the window, ``D_⊥`` the largest component of a
+    key difference orthogonal to ``θ_mm``, ``ln N`` the fading of the non-neighbours), so the fitted
+    rate times ``M/η`` is within ``M (2 B D_⊥ + ln N)/(η (T − T/2))`` of 1.
+    """
+    steps = np.asarray(steps, float)
+    half = int(np.searchsorted(steps, steps[-1] / 2))
+    A = prob.A.reshape(prob.n, prob.T, -1)
+    diffs = (A[np.arange(prob.n), prob.opt][:, None] - A)[np.arange(prob.T) != prob.opt[:, None]]
+    B = orthogonal_offset(np.asarray(theta)[half:], theta_mm).max()
+    spread = 2 * B * orthogonal_offset(diffs, np.asarray(theta_mm).ravel()).max() + np.log(len(diffs))
+    return float(spread * np.linalg.norm(theta_mm) / (lr * (steps[-1] - steps[half])))
+
+
+__all__ += ["gd_gap_constant", "late_offset_exponent", "late_offset_ratio", "ngd_rate_tolerance"]
+
+
+def descent_ratio(prob: TokenSelectionProblem, theta_mm, theta) -> float:
+    """Largest ``cos(∇L(θ), θ_mm)`` over the points ``theta`` (*batch, *shape), in units of :func:`descent_bound`.
+
+    The descent lemma with equal non-optimal scores says it is at most ``−1`` at every point.
+    """
+    theta = np.asarray(theta, float).reshape((-1,) + prob.shape)
+    return float(np.max(gradient_cosine(prob, theta, theta_mm)) / -descent_bound(prob, theta_mm))
+
+
+def offset_relaxation_reason(prob: TokenSelectionProblem, sol, T: int, lr: float) -> str | None:
+    """Why NGD's direction checks do not apply at horizon ``T``, or ``None``: decided from the SVM.
+
+    With at least two SVM-neighbours the offset relaxes to its limit like ``e^{−κ a}``
+    (:func:`offset_equilibrium`) with ``a ≈ ηT``; the check needs ``κ η T/2 ≥ 6`` (six e-foldings
+    after mid-run). A single neighbour has ``κ = 0`` and nothing to relax: the check applies.
+    """
+    kappa = offset_equilibrium(prob, sol)[1]
+    relaxation = kappa * lr * T / 2
+    if sol.neighbors.sum() >= 2 and not relaxation >= 6:
+        return (
+            f"offset relaxation rate kappa = {kappa:.3g} (>= 2 SVM-neighbours): kappa * eta * T/2 = "
+            f"{relaxation:.2f} < 6, the offset is still travelling to its limit at T = {T}"
+        )
+    return None
+
+
+__all__ += ["descent_ratio", "offset_relaxation_reason"]
+
+
+def offset_check_horizon(prob: TokenSelectionProblem, sol, base: int, lr: float, cap: int = 4) -> int:
+    """NGD steps the direction checks need, decided from the SVM alone: ``base``, or more.
+
+    With at least two SVM-neighbours the offset relaxes at the rate ``κ`` of
+    :func:`offset_equilibrium`; six e-foldings after mid-run need ``κ η T/2 ≥ 6``, so the horizon is
+    ``max(base, 12/(κη))``, at most ``cap·base`` (beyond it :func:`offset_relaxation_reason` reports
+    the check as not applicable). With one neighbour: ``base``.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)   # two neighbours, κ = 1
+    >>> al.offset_check_horizon(prob, al.max_margin(prob), 100, 0.1)
+    120
+    """
+    if sol.neighbors.sum() < 2:
+        return int(base)
+    kappa = offset_equilibrium(prob, sol)[1]
+    return int(min(max(base, np.ceil(12 / (kappa * lr))), cap * base))
+
+
+__all__ += ["offset_check_horizon"]
+
+
+def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
+    """Plain GD's ``d‖p‖/d log t`` over the last half-decade in units of ``M = ‖direction‖``, and a tolerance.
+
+    ``‖p(t)‖ = M log t + O(1)`` under GD, so the slope tends to ``M``. The neglected terms are of
+    relative order ``1/t`` up to logarithms: if they shrink by at least 3/2 per half-decade, the drift
+    left in the last slope is at most twice its change ``Δ`` from the half-decade before; the
+    offset lowers the slope by about ``M(1 − cos)`` at the window's start. Returns
+    ``(slope/M, 2Δ/M + (1 − cos))``. ``steps``, ``norm`` (R,) log-spaced positive records (see
+    :func:`attnlib.half_decade_slopes`), ``theta`` (R, d) the run.
+    """
+    from .rates import half_decade_slopes
+
+    steps = np.asarray(steps, float)
+    M = float(np.linalg.norm(direction))
+    s_last, s_prev = half_decade_slopes(steps, norm)
+    start = int(np.searchsorted(steps, steps[-1] / np.sqrt(10) * (1 - 1e-12)))
+    return s_last / M, float(2 * abs(s_last - s_prev) / M + one_minus_cosine(theta[start], direction))
+
+
+__all__ += ["norm_log_slope"]

@@ -1715,7 +1715,9 @@ class MatrixPaths:
     other SVM's direction has a margin ratio ``< 1`` in that norm.
 
     Attributes:
-        fro, nuc: the Frobenius W-SVM and the nuclear-norm SVM (:func:`attnlib.max_margin`, status optimal).
+        fro, nuc: the solutions (``(d, d_z)`` arrays) of the Frobenius W-SVM (:func:`attnlib.max_margin`) and
+            of the nuclear-norm SVM (:func:`attnlib.nuclear_svm` when the problem has ``factors``, else
+            :func:`attnlib.max_margin` with ``norm="nuc"``), both solved to a certified accuracy.
         w, kq: the :class:`RegularizationPath` of ``W`` (direct) and of ``(K, Q)`` (``"kq"``).
         rho_w, rho_kq: (N,) the Frobenius margin ratio of the ``W`` path, the nuclear one of the ``(K, Q)`` path.
         lo_fro, lo_nuc: (N,) their lower bounds ``ρ_lo(R)`` from the SVM rays.
@@ -1724,8 +1726,8 @@ class MatrixPaths:
         excess_w, excess_kq: (N,) :func:`ray_gap_excess` of each path against its own SVM ray.
     """
 
-    fro: object
-    nuc: object
+    fro: np.ndarray
+    nuc: np.ndarray
     w: RegularizationPath
     kq: RegularizationPath
     rho_w: np.ndarray
@@ -1743,8 +1745,10 @@ def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2
 
     The ``(K, Q)`` path gets the ``W`` path's solutions as ``guide`` (one more start per radius, factorised):
     random starts at a large radius saturate the softmax on arbitrary tokens, and the guide starts from the
-    Frobenius limit, the one the ``(K, Q)`` path must move away from. A solver status other than
-    ``"optimal"`` raises.
+    Frobenius limit, the one the ``(K, Q)`` path must move away from. The nuclear SVM is solved by
+    :func:`attnlib.nuclear_svm` (Clarabel on the reduced SDP, no cvxpy import) when ``prob.factors`` is
+    set. An SVM solve that is not certified (status other than ``"optimal"``; relative duality gap or
+    constraint violation above ``1e-8``) raises.
 
     Args: ``prob`` with a matrix parameter ``W`` (d, d_z); ``radii`` (N,); ``seed`` for both paths'
     random starts; ``solver``: ``max_iter``, ``tol``... as :func:`regularization_path`.
@@ -1757,9 +1761,22 @@ def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2
     from .svm import max_margin
 
     r = _check_radii(radii)
-    fro, nuc = max_margin(prob), max_margin(prob, norm="nuc")
-    if fro.status != "optimal" or nuc.status != "optimal":
-        raise RuntimeError(f"the SVM solves ended with status {fro.status!r}, {nuc.status!r}: no result computed")
+    sol = max_margin(prob)
+    if sol.status != "optimal":
+        raise RuntimeError(f"the Frobenius SVM solve ended with status {sol.status!r}: no result is computed from it")
+    fro = sol.theta
+    if prob.factors is not None:
+        from .factorization import nuclear_svm
+
+        nsol = nuclear_svm(*prob.factors, prob.opt)
+        if not nsol.feasible or not (nsol.gap <= 1e-8 and nsol.violation <= 1e-8):
+            raise RuntimeError(f"the nuclear SVM solve is not certified: {nsol.status}, gap {nsol.gap:.2g}")
+        nuc = nsol.W
+    else:
+        nsol = max_margin(prob, norm="nuc")
+        if nsol.status != "optimal":
+            raise RuntimeError(f"the nuclear SVM solve ended with status {nsol.status!r}: no result is computed")
+        nuc = nsol.theta
     w = regularization_path(prob, r, n_starts=n_starts_w, seed=seed, **solver)
     kq = regularization_path(prob, r, n_starts=n_starts_kq, seed=seed, parametrization="kq", guide=w.theta, **solver)
     return MatrixPaths(
@@ -1767,14 +1784,14 @@ def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2
         nuc=nuc,
         w=w,
         kq=kq,
-        rho_w=margin_ratio(prob, w.theta, fro.theta, "fro"),
-        rho_kq=margin_ratio(prob, kq.theta, nuc.theta, "nuc"),
-        lo_fro=ray_margin_bound(prob, fro.theta, r, "fro"),
-        lo_nuc=ray_margin_bound(prob, nuc.theta, r, "nuc"),
-        nuc_in_fro=float(margin_ratio(prob, nuc.theta, fro.theta, "fro")),
-        fro_in_nuc=float(margin_ratio(prob, fro.theta, nuc.theta, "nuc")),
-        excess_w=ray_gap_excess(prob, w, fro.theta, "fro"),
-        excess_kq=ray_gap_excess(prob, kq, nuc.theta, "nuc"),
+        rho_w=margin_ratio(prob, w.theta, fro, "fro"),
+        rho_kq=margin_ratio(prob, kq.theta, nuc, "nuc"),
+        lo_fro=ray_margin_bound(prob, fro, r, "fro"),
+        lo_nuc=ray_margin_bound(prob, nuc, r, "nuc"),
+        nuc_in_fro=float(margin_ratio(prob, nuc, fro, "fro")),
+        fro_in_nuc=float(margin_ratio(prob, fro, nuc, "nuc")),
+        excess_w=ray_gap_excess(prob, w, fro, "fro"),
+        excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
     )
 
 

@@ -366,8 +366,8 @@ class SelectionSweep:
 def selection_sweep(problems: Sequence[TokenSelectionProblem], steps: int, lr: float) -> SelectionSweep:
     """NGD for ``steps`` from 0 on every problem (one batch), then the feasibility of each W-SVM of opt.
 
-    A run that ends selecting opt certifies feasibility; for the others :func:`attnlib.max_margin`
-    decides (:class:`SelectionSweep`).
+    A run that ends selecting opt certifies feasibility; for the others :func:`svm_feasibility`
+    decides with a certificate, or else :func:`attnlib.max_margin` (:class:`SelectionSweep`).
 
     >>> import attnlib as al
     >>> sw = al.selection_sweep([al.datasets.single_input(), al.datasets.single_input(local=True)], 100, 0.5)
@@ -379,7 +379,8 @@ def selection_sweep(problems: Sequence[TokenSelectionProblem], steps: int, lr: f
     selects = np.array([np.all(p.selection(run.final[k]) == p.opt) for k, p in enumerate(problems)])
     status = np.where(selects, "certified", "solver").astype(object)
     for k in np.flatnonzero(~selects):
-        if solve_each([problems[k]])[0] is None:
+        verdict = svm_feasibility(problems[k])  # a certificate either way, without cvxpy
+        if verdict is False or (verdict is None and solve_each([problems[k]])[0] is None):
             status[k] = "infeasible"
     return SelectionSweep(run, selects, status.astype(str))
 
@@ -501,3 +502,46 @@ def feasibility_table(groups, solutions, name: str = "d") -> str:
 
 
 __all__ += ["off_opt_runs", "feasibility_table"]
+
+
+def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7) -> bool | None:
+    """Is the W-SVM of ``select`` (default opt) feasible? ``True``/``False`` with a certificate, else ``None``.
+
+    With ``G`` the rows ``A_iα_i − A_it`` (``t ≠ α_i``) and ``h = 1``, Lawson–Hanson's reduction of
+    ``min ‖θ‖ s.t. Gθ ≥ h`` to NNLS (as :func:`attnlib.max_margin` does) gives ``u ≥ 0`` and the residual
+    ``r = [Gᵀu; hᵀu] − e_last``. Either ``θ = −r[:-1]/r[-1]`` satisfies ``Gθ ≥ h`` (checked: feasible),
+    or ``Gᵀu ≈ 0`` with ``hᵀu ≈ 1``, a Farkas certificate: every feasible ``θ`` would have
+    ``‖θ‖ ≥ hᵀu/‖Gᵀu‖``, so the margin is at most ``‖Gᵀu‖/hᵀu``; below ``tol`` the selection is reported
+    infeasible (``False``). Neither: ``None`` (let :func:`attnlib.max_margin` decide). No cvxpy.
+
+    >>> import attnlib as al
+    >>> al.rates.svm_feasibility(al.datasets.single_input())
+    True
+    """
+    from scipy.optimize import nnls
+
+    n, T = prob.n, prob.T
+    sel = prob.opt if select is None else np.asarray(select)
+    A = prob.A.reshape(n, T, prob.size)
+    rows = np.ones((n, T), bool)
+    rows[np.arange(n), sel] = False
+    G = (A[np.arange(n), sel][:, None, :] - A)[rows]
+    E = np.vstack([G.T, np.ones((1, G.shape[0]))])
+    f = np.zeros(E.shape[0])
+    f[-1] = 1.0
+    try:
+        u, _ = nnls(E, f, maxiter=50 * max(E.shape))
+    except RuntimeError:
+        return None
+    r = E @ u - f
+    if np.isfinite(r).all() and -r[-1] > 1e-12:
+        theta = -r[:-1] / r[-1]
+        if np.all(G @ theta >= 1 - 1e-9):
+            return True
+    total = float(u.sum())
+    if total > 0.5 and np.linalg.norm(G.T @ u) / total <= tol:
+        return False
+    return None
+
+
+__all__ += ["svm_feasibility"]

@@ -142,7 +142,7 @@ def test_rank_instance_is_random_tokens_cross():
 def test_rank_grid_counts_infeasible_apart():
     grid = al.svm_rank_grid(configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(4))
     ranks = grid.ranks(1e-6)
-    assert ranks.shape == (2, 2, 3, 4) and grid.disagreements == 0
+    assert ranks.shape == (2, 2, 3, 4) and grid.fallbacks == 0
     assert np.all((ranks >= 1) == grid.feasible[None])  # never a rank for an infeasible instance
     assert np.all(ranks[:, :, 0] == -1)  # d = 1: infeasible
     assert grid.feasible[:, -1].all()  # d = 6 ≥ max(n, T − 1) for n = 5; and for n = 10? not required
@@ -155,3 +155,71 @@ def test_rank_grid_counts_infeasible_apart():
 def test_numerical_rank():
     s = np.array([[1.0, 0.5, 1e-9], [np.nan, np.nan, np.nan]])
     assert al.numerical_rank(s, 1e-6).tolist() == [2, -1]
+
+
+def _constraint_batch(configs_seeds):
+    cons = [al.svm_constraints(X, Z, opt) for X, _, _, Z, opt in (al.rank_instance(*c) for c in configs_seeds)]
+    return np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons])
+
+
+def test_batched_svms_match_cvxpy_with_certified_gaps():
+    # one batch, several seeds; each against cvxpy (Clarabel through cvxpy: an independent solver)
+    instances = [(6, 4, 5, s) for s in range(4)]
+    a, z = _constraint_batch(instances)
+    fro, nuc = al.frobenius_svm_batch(a, z), al.nuclear_svm_batch(a, z)
+    assert fro.certified.all() and nuc.certified.all()
+    assert fro.gap.max() < 1e-10 and nuc.gap.max() < 1e-8 and np.all(fro.lower <= fro.norm)
+    for j, (n, T, d, s) in enumerate(instances):
+        X, y, u, Z, opt = al.rank_instance(n, T, d, s)
+        prob = al.self_attention(X, y, u, Z)
+        ref_f = al.max_margin(prob, opt, solver="cvxpy")
+        ref_n = al.max_margin(prob, opt, norm="nuc", solver="cvxpy")
+        np.testing.assert_allclose(fro.W[j], ref_f.theta, atol=1e-6 * np.abs(ref_f.theta).max())
+        np.testing.assert_allclose(nuc.norm[j], 1 / ref_n.margin, rtol=1e-6)
+        np.testing.assert_allclose(nuc.W[j], ref_n.theta, atol=1e-3 * np.abs(ref_n.theta).max())
+        # exactly feasible, and the two norms rank the two solutions the right way round
+        assert np.einsum("kd,de,ke->k", a[j], nuc.W[j], z[j]).min() >= 1 - 1e-12
+        assert nuc.norm[j] <= np.linalg.norm(fro.W[j], "nuc") + 1e-8
+        assert fro.norm[j] <= np.linalg.norm(nuc.W[j]) + 1e-8
+    # the Frobenius zeros are exact to rounding (active-set polish), the nuclear ones at the solver's accuracy
+    s_f = np.linalg.svd(fro.W, compute_uv=False)
+    assert np.all((s_f / s_f[:, :1] < 1e-13) | (s_f / s_f[:, :1] > 1e-6))
+
+
+def test_svm_pair_batch_decides_infeasible_by_lp():
+    from attnlib.factorization import _feasible
+
+    a, z = _constraint_batch([(10, 5, 3, s) for s in range(12)])  # about 15% feasible at d = 3
+    lp = np.array([_feasible(a_, z_) for a_, z_ in zip(a, z)])
+    assert lp.any() and not lp.all()
+    W, gaps, feasible, fallbacks = al.svm_pair_batch(a, z)
+    assert np.array_equal(feasible, lp) and fallbacks == 0
+    assert np.isnan(W[:, ~lp]).all() and np.isfinite(W[:, lp]).all() and gaps[:, lp].max() < 1e-8
+    fro = al.frobenius_svm_batch(a, z)
+    assert not fro.certified[~lp].any()  # never a certificate for an infeasible instance
+    a1, z1 = _constraint_batch([(5, 5, 1, s) for s in range(3)])  # d = 1: tied tokens, a zero constraint row
+    assert not al.svm_pair_batch(a1, z1)[2].any()
+
+
+def test_train_kq_grid_is_the_unpadded_run():
+    W = al.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1)
+    assert W.shape == (1, 2, 3, 4, 4) and np.all(W[0, 0, :, 2:, :] == 0) and np.all(W[0, 0, :, :, 2:] == 0)
+    K0, Q0 = al.kq_init(3, 2, 2, seed=1)
+    for j in range(3):
+        X, y, u, Z, _ = al.rank_instance(5, 4, 2, j)
+        traj = al.train_kq(al.self_attention(X, y, u, Z), K0[j], Q0[j], 40, "ngd", 0.1, normalize="separate")
+        np.testing.assert_allclose(W[0, 0, j, :2, :2], traj.final[0], rtol=1e-10, atol=1e-12)
+    mask = np.zeros((1, 2, 3), bool)
+    mask[0, 1, 0] = True
+    Wm = al.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1, mask=mask)
+    assert np.isnan(Wm[0, 0]).all() and np.array_equal(Wm[0, 1, 0], W[0, 1, 0])
+
+
+def test_trained_kq_spectra_are_relative_and_skip_infeasible():
+    grid = al.svm_rank_grid(configs=[(5, 5)], ds=[1, 6], seeds=range(3))
+    sv = grid.trained_kq_spectra(steps=300)
+    assert sv.shape == (1, 2, 3, 6) and np.isnan(sv[0, 0]).all()  # d = 1: infeasible, not trained
+    np.testing.assert_allclose(sv[0, 1, :, 0], 1.0)
+    # the start K0 Q0ᵀ has full rank; after training, the rank at 0.01 is below d, like the nuclear SVM's
+    assert np.all(al.numerical_rank(grid.trained_kq_spectra(steps=0)[0, 1], 1e-6) == 6)
+    assert np.all(al.numerical_rank(sv[0, 1], 0.01) < 6) and np.all(grid.ranks(1e-6)[1, 0, 1] < 6)

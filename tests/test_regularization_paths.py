@@ -85,8 +85,8 @@ def test_matrix_paths_separate_the_frobenius_and_nuclear_limits():
     mat = al.matrix_paths(prob, radii, seed=0, tol=1e-6, max_iter=400)
     assert mat.w.parametrization == "direct" and mat.kq.parametrization == "kq"
     assert mat.w.theta.shape == mat.kq.theta.shape == (3, 4, 4)
-    np.testing.assert_allclose(mat.rho_w, al.margin_ratio(prob, mat.w.theta, mat.fro.theta, "fro"))
-    np.testing.assert_allclose(mat.lo_nuc, al.ray_margin_bound(prob, mat.nuc.theta, radii, "nuc"))
+    np.testing.assert_allclose(mat.rho_w, al.margin_ratio(prob, mat.w.theta, mat.fro, "fro"))
+    np.testing.assert_allclose(mat.lo_nuc, al.ray_margin_bound(prob, mat.nuc, radii, "nuc"))
     assert mat.nuc_in_fro < 1 and mat.fro_in_nuc < 1  # each SVM is the other's worse direction
     # (K, Q): (‖K‖² + ‖Q‖²)/2 = R, and the product has nuclear norm at most R
     np.testing.assert_allclose(mat.kq.norm, radii, rtol=1e-9)
@@ -95,3 +95,16 @@ def test_matrix_paths_separate_the_frobenius_and_nuclear_limits():
     for rho, lo, excess in ((mat.rho_w, mat.lo_fro, mat.excess_w), (mat.rho_kq, mat.lo_nuc, mat.excess_kq)):
         if al.uncertified(excess[-1]) is None:
             assert rho[-1] >= lo[-1]
+
+
+def test_matrix_paths_nuclear_svm_is_the_cvxpy_one_with_or_without_factors():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=1)
+    reference = al.max_margin(prob, norm="nuc").theta  # cvxpy
+    fast = al.matrix_paths(prob, [1.0, 10.0], tol=1e-6, max_iter=100)  # Clarabel on the reduced SDP
+    assert prob.factors is not None
+    nuclear = al.parameter_norm(reference, "nuc", 2)
+    assert al.parameter_norm(fast.nuc, "nuc", 2) == pytest.approx(nuclear, rel=1e-7)
+    bare = al.TokenSelectionProblem(prob.A, prob.gamma, loss=prob.loss)  # no factors: the cvxpy route
+    assert bare.factors is None
+    slow = al.matrix_paths(bare, [1.0, 10.0], tol=1e-6, max_iter=100)
+    assert al.parameter_norm(slow.nuc, "nuc", 2) == pytest.approx(nuclear, rel=1e-7)
