@@ -445,12 +445,14 @@ def test_live_explorer_in_jupyterlab(browser, jupyter_lab):
     assert not problems, "\n".join(problems)
 
 
-def test_the_book_has_both_kinds_of_explorer(browser, built_site):
-    """At least one slider over precomputed pictures and one animation across the chapters."""
-    counts = {"slider": 0, "animation": 0}
+def test_every_theorem_chapter_has_its_explorer(browser, built_site):
+    """Chapters 01-06 each render their explorer as attnlib's static slider over precomputed pictures."""
+    missing = []
     for page_name in CHAPTERS:
+        if page_name.split("/")[-1][:2] not in {"01", "02", "03", "04", "05", "06"}:
+            continue
         page, _ = browser.open(built_site, page_name)
         page.wait_for_timeout(300)
-        counts["slider"] += page.locator(".attnlib-slider").count()
-        counts["animation"] += page.locator("img[id^='_anim_img']").count()
-    assert counts["slider"] >= 1 and counts["animation"] >= 1, counts
+        if page.locator(".attnlib-slider input[type=range]").count() < 1:
+            missing.append(page_name)
+    assert not missing, f"no explorer on {missing}"
