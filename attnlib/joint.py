@@ -36,7 +36,7 @@ from .losses import Loss, get_loss
 from .metrics import direction_error, one_minus_cosine, orthogonal_offset
 from .model import JointAttention, check_labels, log_softmax, logsumexp, token_selection
 from .paths import check_radii, direction_bound
-from .svm import LabelSVM, MaxMarginSolution, label_svm, max_margin
+from .svm import LabelSVM, MaxMarginSolution, label_svm, least_distance_nnls, max_margin
 
 __all__ = [
     "JointSVMs",
@@ -192,18 +192,12 @@ def balanced_direction(svms: JointSVMs, rho: float = 1.0) -> np.ndarray:
 
 def _min_norm_point(D: np.ndarray, h: np.ndarray):
     """``argmin ‖p‖`` s.t. ``D p ≥ h`` (Lawson–Hanson's least-distance problem via NNLS), or None if infeasible."""
-    from scipy.optimize import nnls
-
     if not np.any(h > 0):
         return np.zeros(D.shape[1])
-    E = np.vstack([D.T, h[None, :]])
-    f = np.zeros(E.shape[0])
-    f[-1] = 1.0
-    try:
-        u, _ = nnls(E, f, maxiter=50 * max(E.shape))
-    except RuntimeError:
+    solved = least_distance_nnls(D, h)
+    if solved is None:
         return None
-    r = E @ u - f
+    _, r = solved
     if not np.isfinite(r).all() or -r[-1] <= 1e-12:
         return None
     return -r[:-1] / r[-1]

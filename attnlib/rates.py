@@ -518,7 +518,7 @@ def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7)
     >>> al.rates.svm_feasibility(al.datasets.single_input())
     True
     """
-    from scipy.optimize import nnls
+    from .svm import least_distance_nnls
 
     n, T = prob.n, prob.T
     sel = prob.opt if select is None else np.asarray(select)
@@ -526,14 +526,10 @@ def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7)
     rows = np.ones((n, T), bool)
     rows[np.arange(n), sel] = False
     G = (A[np.arange(n), sel][:, None, :] - A)[rows]
-    E = np.vstack([G.T, np.ones((1, G.shape[0]))])
-    f = np.zeros(E.shape[0])
-    f[-1] = 1.0
-    try:
-        u, _ = nnls(E, f, maxiter=50 * max(E.shape))
-    except RuntimeError:
+    solved = least_distance_nnls(G, np.ones(G.shape[0]))
+    if solved is None:
         return None
-    r = E @ u - f
+    u, r = solved
     if np.isfinite(r).all() and -r[-1] > 1e-12:
         theta = -r[:-1] / r[-1]
         if np.all(G @ theta >= 1 - 1e-9):

@@ -31,6 +31,7 @@ import numpy as np
 from .model import TokenSelectionProblem, check_labels, finite_array
 
 __all__ = [
+    "least_distance_nnls",
     "InfeasibleError",
     "MaxMarginSolution",
     "LabelSVM",
@@ -130,27 +131,45 @@ def _check_relax(relax, n: int) -> np.ndarray:
     return mask
 
 
-def _least_distance(G: np.ndarray, h: np.ndarray):
-    """``min ‖x‖₂ s.t. G x ≥ h`` exactly, by Lawson–Hanson's reduction to NNLS (their ch. 23).
+def least_distance_nnls(G: np.ndarray, h: np.ndarray):
+    """Lawson–Hanson's reduction of ``min ‖x‖₂ s.t. G x ≥ h`` to NNLS (their ch. 23): ``(u, r)`` or None.
 
-    With ``E = [Gᵀ; hᵀ]`` and ``u = argmin_{u ≥ 0} ‖E u − e_last‖``, the residual ``r`` gives
-    ``x = −r[:-1]/r[-1] = Gᵀλ`` with multipliers ``λ = u/(1 − hᵀu) ≥ 0``. The answer is returned
-    only when it is *certified* by the KKT conditions (primal feasibility and complementary
-    slackness, both to 1e-9 relative); otherwise ``None`` and the caller falls back to cvxpy
-    (which also gives the infeasibility verdicts). ~100× faster than building a cvxpy problem.
-    Returns ``(x, duals)`` with the duals scaled as cvxpy's for ``sum_squares`` (``2λ``).
+    ``G`` (m, k), ``h`` (m,). With ``E = [Gᵀ; hᵀ]`` (k + 1, m), ``u = argmin_{u ≥ 0} ‖E u − e_last‖``
+    and ``r = E u − e_last``: if ``r[-1] < 0`` the least-norm point is ``x = −r[:-1]/r[-1] = Gᵀλ``
+    with multipliers ``λ = u/(−r[-1])``; if ``r[-1] ≈ 0`` then ``Gᵀu ≈ 0`` with ``hᵀu ≈ 1``, a Farkas
+    certificate that ``G x ≥ h`` is infeasible. None when NNLS hits its iteration limit. The callers
+    decide what to certify (:func:`attnlib.max_margin`, :func:`attnlib.balanced_direction`,
+    :func:`attnlib.rates.svm_feasibility`).
+
+    >>> import numpy as np
+    >>> u, r = least_distance_nnls(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([1.0, 2.0]))
+    >>> -r[:-1] / r[-1]
+    array([1., 2.])
     """
     from scipy.optimize import nnls
 
-    m, k = G.shape
     E = np.vstack([G.T, h[None, :]])
-    f = np.zeros(k + 1)
+    f = np.zeros(E.shape[0])
     f[-1] = 1.0
     try:
-        u, _ = nnls(E, f, maxiter=50 * max(m, k + 1))
+        u, _ = nnls(E, f, maxiter=50 * max(E.shape))
     except RuntimeError:  # iteration limit
         return None
-    r = E @ u - f
+    return u, E @ u - f
+
+
+def _least_distance(G: np.ndarray, h: np.ndarray):
+    """``min ‖x‖₂ s.t. G x ≥ h`` exactly, by :func:`least_distance_nnls`, certified.
+
+    The answer is returned only when the KKT conditions certify it (primal feasibility and
+    complementary slackness, both to 1e-9 relative); otherwise ``None`` and the caller falls back
+    to cvxpy (which also gives the infeasibility verdicts). ~100× faster than building a cvxpy
+    problem. Returns ``(x, duals)`` with the duals scaled as cvxpy's for ``sum_squares`` (``2λ``).
+    """
+    solved = least_distance_nnls(G, h)
+    if solved is None:
+        return None
+    u, r = solved
     if not np.isfinite(r).all() or -r[-1] <= 1e-8:  # infeasible or nearly so: let cvxpy decide
         return None
     x = -r[:-1] / r[-1]

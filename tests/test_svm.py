@@ -232,3 +232,16 @@ def test_fast_path_falls_back_to_cvxpy_when_infeasible():
     assert attnlib.svm._least_distance(G, np.ones(2)) is None
     with pytest.raises(al.InfeasibleError):
         al.max_margin(prob, select=np.array([1, 1]))
+
+
+def test_least_distance_nnls_gives_the_point_or_a_farkas_certificate():
+    from attnlib.svm import least_distance_nnls
+
+    rng = np.random.default_rng(3)
+    G, h = rng.normal(size=(6, 4)), np.abs(rng.normal(size=6))
+    u, r = least_distance_nnls(G, h)
+    x = -r[:-1] / r[-1]
+    assert np.all(G @ x >= h - 1e-9) and np.allclose(x, G.T @ (u / -r[-1]))
+    # x ≥ 1 and −x ≥ 1 cannot both hold: G^T u = 0 with h^T u = 1 certifies it.
+    u, r = least_distance_nnls(np.array([[1.0], [-1.0]]), np.array([1.0, 1.0]))
+    assert abs(r[-1]) < 1e-12 and abs(u[0] - u[1]) < 1e-12 and u.sum() == pytest.approx(1.0)
