@@ -34,7 +34,21 @@ from .model import TokenSelectionProblem
 from .optim import check_schedule, step_rule, train
 from .svm import SelectionReport, locally_optimal_selections
 
-__all__ = ["BasinMap", "basin_map", "classify_motion", "cone_starts", "selection_table"]
+__all__ = [
+    "BasinMap",
+    "basin_map",
+    "classify_motion",
+    "cone_starts",
+    "selection_table",
+    "key_plane_grid",
+    "ngd_and_gd_basin_maps",
+    "basin_table",
+    "ConeRuns",
+    "cone_runs",
+    "SelectionAlignment",
+    "selection_alignment",
+    "ScoreBasinExplorer",
+]
 
 #: Default attribution tolerance on ``1 − cos(Δθ, θ_mm(α))`` (see the module docstring).
 MOTION_TOL = 1e-3
@@ -656,15 +670,3 @@ class ScoreBasinExplorer:
         title = f"score of (0,0): {s:.2f}  local {self.fractions[s]:.2f}"
         basin_explorer_frame(ax, kind, (self.lo, self.hi), self.problem(s), self.paths[key], title)
         return self._fig
-
-
-__all__ += [
-    "key_plane_grid",
-    "ngd_and_gd_basin_maps",
-    "basin_table",
-    "ConeRuns",
-    "cone_runs",
-    "SelectionAlignment",
-    "selection_alignment",
-    "ScoreBasinExplorer",
-]

@@ -24,6 +24,9 @@ __all__ = [
     "JOINT_V0",
     "random_tokens",
     "separable_data",
+    "random_and_adversarial_starts",
+    "loss_study_offset",
+    "loss_study_offset_ratio",
 ]
 
 #: Keys are the first two coordinates of a token in the fixed-head figures of [MMTS].
@@ -202,9 +205,6 @@ def random_and_adversarial_starts(prob: TokenSelectionProblem, theta_mm, count: 
     return np.vstack([uniform, adversarial]), np.r_[np.zeros(n_uniform, bool), np.ones(len(adversarial), bool)]
 
 
-__all__ += ["random_and_adversarial_starts"]
-
-
 def loss_study_offset(C, loss: str = "logistic"):
     """The offset ``p_2(∞) = ½ ln(C |ℓ'(C)| / |ℓ'(1)|)`` where the loss study's path settles (any array ``C``).
 
@@ -238,6 +238,3 @@ def loss_study_offset_ratio(run, C: float, loss: str, lr: float) -> float:
     bound = 0.5 * (C + 3) * sigma_max + abs(final[1] - before[1]) * rho / (1 - rho)
     bound += 1e-13 * (1 + np.linalg.norm(final))
     return float(abs(final[1] - loss_study_offset(C, loss)) / bound)
-
-
-__all__ += ["loss_study_offset", "loss_study_offset_ratio"]

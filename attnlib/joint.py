@@ -57,6 +57,12 @@ __all__ = [
     "joint_log_gap",
     "joint_log_loss",
     "joint_path_bounds",
+    "selected_mass",
+    "classifier_confidence",
+    "arc_position",
+    "train_joint_ratio",
+    "joint_path_rows",
+    "joint_path_table",
 ]
 
 #: Labels returned by :func:`classify_alignment`.
@@ -997,13 +1003,3 @@ def joint_path_table(tables: dict, names: dict) -> str:
                 f"| {r['to_balanced']:.3g}° | {r['cls']} |"
             )
     return "\n".join(lines)
-
-
-__all__ += [
-    "selected_mass",
-    "classifier_confidence",
-    "arc_position",
-    "train_joint_ratio",
-    "joint_path_rows",
-    "joint_path_table",
-]

@@ -30,6 +30,17 @@ __all__ = [
     "offset_equilibrium",
     "CURVES",
     "curves",
+    "gradient_cosine",
+    "descent_bound",
+    "exponential_rate",
+    "gd_gap_constant",
+    "late_offset_exponent",
+    "late_offset_ratio",
+    "ngd_rate_tolerance",
+    "descent_ratio",
+    "offset_relaxation_reason",
+    "offset_check_horizon",
+    "norm_log_slope",
 ]
 
 
@@ -357,9 +368,6 @@ def exponential_rate(t, log_y, start: float = 0.5) -> np.ndarray:
     )
 
 
-__all__ += ["gradient_cosine", "descent_bound", "exponential_rate"]
-
-
 def gd_gap_constant(prob: TokenSelectionProblem, steps, theta, lr: float, M: float) -> tuple[float, float]:
     """Plain GD's loss gap in units of its prediction, ``η t (L − L*) / M²``, and a tolerance.
 
@@ -431,9 +439,6 @@ def ngd_rate_tolerance(prob: TokenSelectionProblem, theta_mm, steps, theta, lr: 
     return float(spread * np.linalg.norm(theta_mm) / (lr * (steps[-1] - steps[half])))
 
 
-__all__ += ["gd_gap_constant", "late_offset_exponent", "late_offset_ratio", "ngd_rate_tolerance"]
-
-
 def descent_ratio(prob: TokenSelectionProblem, theta_mm, theta) -> float:
     """Largest ``cos(∇L(θ), θ_mm)`` over the points ``theta`` (*batch, *shape), in units of :func:`descent_bound`.
 
@@ -460,9 +465,6 @@ def offset_relaxation_reason(prob: TokenSelectionProblem, sol, T: int, lr: float
     return None
 
 
-__all__ += ["descent_ratio", "offset_relaxation_reason"]
-
-
 def offset_check_horizon(prob: TokenSelectionProblem, sol, base: int, lr: float, cap: int = 4) -> int:
     """NGD steps the direction checks need, decided from the SVM alone: ``base``, or more.
 
@@ -482,9 +484,6 @@ def offset_check_horizon(prob: TokenSelectionProblem, sol, base: int, lr: float,
     return int(min(max(base, np.ceil(12 / (kappa * lr))), cap * base))
 
 
-__all__ += ["offset_check_horizon"]
-
-
 def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
     """Plain GD's ``d‖p‖/d log t`` over the last half-decade in units of ``M = ‖direction‖``, and a tolerance.
 
@@ -502,6 +501,3 @@ def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
     s_last, s_prev = half_decade_slopes(steps, norm)
     start = int(np.searchsorted(steps, steps[-1] / np.sqrt(10) * (1 - 1e-12)))
     return s_last / M, float(2 * abs(s_last - s_prev) / M + one_minus_cosine(theta[start], direction))
-
-
-__all__ += ["norm_log_slope"]

@@ -59,6 +59,15 @@ __all__ = [
     "cone_min_norm",
     "LocalPathCase",
     "local_path_case",
+    "regularization_paths",
+    "CERTIFICATE_SLACK",
+    "uncertified",
+    "PathAgainstSVM",
+    "paths_against_svm",
+    "radius_table",
+    "local_path_table",
+    "MatrixPaths",
+    "matrix_paths",
 ]
 
 #: ``"auto"`` picks, per radius, the plain loss while ``(L − L*)/L ≥ switch_gap`` at every start,
@@ -1670,16 +1679,6 @@ def radius_table(radii, rows: dict, radius_format: str = "{:.3g}", value_format:
     return "\n".join(lines)
 
 
-__all__ += [
-    "regularization_paths",
-    "CERTIFICATE_SLACK",
-    "uncertified",
-    "PathAgainstSVM",
-    "paths_against_svm",
-    "radius_table",
-]
-
-
 def local_path_table(cases) -> str:
     """Markdown table of local regularization paths ``[(instance name, LocalPathCase)]``.
 
@@ -1700,9 +1699,6 @@ def local_path_table(cases) -> str:
             f"| {c.leave:.3f} |"
         )
     return "\n".join(lines)
-
-
-__all__ += ["local_path_table"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -1793,6 +1789,3 @@ def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2
         excess_w=ray_gap_excess(prob, w, fro, "fro"),
         excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
     )
-
-
-__all__ += ["MatrixPaths", "matrix_paths"]

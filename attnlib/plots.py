@@ -9,7 +9,69 @@ import numpy as np
 
 from .model import TokenSelectionProblem
 
-__all__ = ["paths", "tokens", "direction", "band", "margin_strips", "COLORS", "SAMPLE_COLORS"]
+__all__ = [
+    "paths",
+    "tokens",
+    "direction",
+    "band",
+    "margin_strips",
+    "COLORS",
+    "SAMPLE_COLORS",
+    "basin_image",
+    "BASIN_COLORS",
+    "patch_images",
+    "joint_paths",
+    "joint_angles",
+    "selection_probabilities",
+    "loss_angles",
+    "arc_positions",
+    "joint_run_figure",
+    "gradient_cosine_map",
+    "path_directions",
+    "direction_error",
+    "loss_gap_by_subtraction",
+    "margin_deficit",
+    "singular_value_spectra",
+    "attention_on_keys",
+    "token_matrix",
+    "KIND_COLORS",
+    "svm_margins",
+    "selection_panels",
+    "offset_growth",
+    "attention_maps",
+    "joint_curves",
+    "radius_angles",
+    "METHOD_COLORS",
+    "finish",
+    "method_bands",
+    "rate_panels",
+    "separators",
+    "fit_residuals",
+    "running_slope",
+    "selection_fractions",
+    "polyak_failure",
+    "paths_to_two_directions",
+    "cone_run_curves",
+    "basin_maps_panels",
+    "basin_explorer_frame",
+    "selection_alignment_curves",
+    "local_path_curves",
+    "path_with_direction_error",
+    "NORM_COLORS",
+    "margin_deficits_and_spectra",
+    "rates_overview",
+    "start_paths",
+    "direction_error_curves",
+    "ngd_and_gd_overview",
+    "input_gaps_by_angle",
+    "offset_study",
+    "random_start_runs",
+    "gd_against_ngd",
+    "VERDICT_COLORS",
+    "check_values_by_seed",
+    "gap_descent_and_w_panels",
+    "norm_and_offset_settling",
+]
 
 #: Colours used across the book: global SVM red, local/secondary blue, paths grey.
 COLORS = {"global": "tab:red", "local": "tab:blue", "path": "0.45", "p": "tab:red", "v": "tab:blue"}
@@ -225,9 +287,6 @@ def basin_image(ax, kind, extent, legend: bool = True, undecided_size: float = 6
     return ax
 
 
-__all__ += ["basin_image", "BASIN_COLORS"]
-
-
 def patch_images(
     ax,
     images,
@@ -309,9 +368,6 @@ def patch_images(
     for spine in ax.spines.values():
         spine.set_visible(False)
     return ax
-
-
-__all__ += ["patch_images"]
 
 
 def _joint_labels(plain_text: bool) -> dict:
@@ -475,16 +531,6 @@ def joint_run_figure(traj, svms, predicted, title: str, figsize=(9.5, 3.8)):
     return fig
 
 
-__all__ += [
-    "joint_paths",
-    "joint_angles",
-    "selection_probabilities",
-    "loss_angles",
-    "arc_positions",
-    "joint_run_figure",
-]
-
-
 def gradient_cosine_map(ax, grid, cos, label=True):
     """Map of ``cos(∇L(p), d)`` over a square grid of ``p`` in the key plane, with its zero level.
 
@@ -503,9 +549,6 @@ def gradient_cosine_map(ax, grid, cos, label=True):
         ax.set(xlabel="$p_1$", ylabel="$p_2$")
     ax.set_aspect("equal")
     return image
-
-
-__all__ += ["gradient_cosine_map"]
 
 
 # ---------------------------------------------------------------------- regularization paths
@@ -622,16 +665,6 @@ def attention_on_keys(ax, prob: TokenSelectionProblem, theta, theta_mm=None, rin
         direction(ax, theta_mm, length=1.9)
     ax.set_aspect("equal")
     return ax
-
-
-__all__ += [
-    "path_directions",
-    "direction_error",
-    "loss_gap_by_subtraction",
-    "margin_deficit",
-    "singular_value_spectra",
-    "attention_on_keys",
-]
 
 
 def token_matrix(ax, tokens, pixels: int):
@@ -785,10 +818,6 @@ def joint_curves(axes, steps, v_cos, accuracy, angle_full, angle_relaxed):
     return axes
 
 
-__all__ += ["token_matrix", "KIND_COLORS", "svm_margins", "selection_panels", "offset_growth"]
-__all__ += ["attention_maps", "joint_curves"]
-
-
 def radius_angles(ax, radii, p, svms, label: str, **style):
     """Angles (degrees, log-log) of regularization-path points ``p`` (N, 2) to the p-SVMs against ``radii`` (N,).
 
@@ -804,9 +833,6 @@ def radius_angles(ax, radii, p, svms, label: str, **style):
     ax.set(xscale="log", yscale="log", xlabel="attention radius R_p", ylabel="angle (degrees)")
     ax.minorticks_off()
     return ax
-
-
-__all__ += ["radius_angles"]
 
 
 # ------------------------------------------------------- GD, NGD and Polyak compared (fast rates)
@@ -975,10 +1001,6 @@ def polyak_failure(axes, polyak, ngd, stop_at: int, floor_gap: float, labels, re
     return axes
 
 
-__all__ += ["METHOD_COLORS", "finish", "method_bands", "rate_panels", "separators", "fit_residuals"]
-__all__ += ["running_slope", "selection_fractions", "polyak_failure"]
-
-
 # --- Local convergence: the official paths, cone runs, basin maps, the W version, local paths ---------
 
 
@@ -1121,16 +1143,6 @@ def local_path_curves(axes, cases):
     return axes
 
 
-__all__ += [
-    "paths_to_two_directions",
-    "cone_run_curves",
-    "basin_maps_panels",
-    "basin_explorer_frame",
-    "selection_alignment_curves",
-    "local_path_curves",
-]
-
-
 def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, theta, title=None, figsize=(9, 3.6)):
     """One trajectory: its path in the key plane over the margin strips, and its direction error.
 
@@ -1172,9 +1184,6 @@ def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, thet
     return fig
 
 
-__all__ += ["path_with_direction_error"]
-
-
 #: Colours of the two matrix geometries, the same in every panel: the ``W`` path with the Frobenius W-SVM,
 #: the ``(K, Q)`` path with the nuclear-norm SVM.
 NORM_COLORS = {"fro": "tab:blue", "nuc": "tab:orange"}
@@ -1207,9 +1216,6 @@ def margin_deficits_and_spectra(mat, figsize=(10, 4)):
     return fig
 
 
-__all__ += ["NORM_COLORS", "margin_deficits_and_spectra"]
-
-
 def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=None, fig=None):
     """Two panels of a GD/NGD/Polyak comparison (a :class:`attnlib.rates.Comparison`, any subset of
     the methods): the direction error, and ``−log10 max_i(1 − σ_i,opt)`` with NGD's predicted line
@@ -1238,9 +1244,6 @@ def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=
     axes[0].legend(loc="lower left", fontsize=7)
     axes[1].legend(loc="upper left", fontsize=7)
     return fig
-
-
-__all__ += ["rates_overview"]
 
 
 # --------------------------------------------------------------------------- global convergence figures
@@ -1482,17 +1485,6 @@ def gd_against_ngd(prob: TokenSelectionProblem, theta_mm, gd, ngd, zero: int, wi
     return fig, slope
 
 
-__all__ += [
-    "start_paths",
-    "direction_error_curves",
-    "ngd_and_gd_overview",
-    "input_gaps_by_angle",
-    "offset_study",
-    "random_start_runs",
-    "gd_against_ngd",
-]
-
-
 #: Colour of each check verdict (sweep and robustness figures).
 VERDICT_COLORS = {"passed": "tab:green", "failed": "tab:red", "not applicable": "0.6"}
 
@@ -1531,9 +1523,6 @@ def check_values_by_seed(rows, columns: int = 3, log=()):
     fig.supxlabel("seed", fontsize=9)
     fig.tight_layout()
     return fig
-
-
-__all__ += ["VERDICT_COLORS", "check_values_by_seed"]
 
 
 def gap_descent_and_w_panels(axes, gap_curves, grid, cos, theta_mm, w_steps, w_errors):
@@ -1580,6 +1569,3 @@ def norm_and_offset_settling(axes, steps, norm, M, offset_error, kappa_M):
     for ax in axes:
         ax.legend(loc="best")
     return axes
-
-
-__all__ += ["gap_descent_and_w_panels", "norm_and_offset_settling"]

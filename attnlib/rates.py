@@ -37,6 +37,23 @@ __all__ = [
     "ShapeFit",
     "inverse_log_vs_power",
     "half_decade_slopes",
+    "solve_each",
+    "Comparison",
+    "compare_methods",
+    "late_slopes",
+    "late_decay",
+    "running_half_decade_slopes",
+    "ends_off_opt",
+    "local_selection",
+    "SelectionSweep",
+    "selection_sweep",
+    "reduced_tokens",
+    "FITTED_RATES",
+    "fitted_rates_table",
+    "local_selection_table",
+    "off_opt_runs",
+    "feasibility_table",
+    "svm_feasibility",
 ]
 
 
@@ -385,20 +402,6 @@ def selection_sweep(problems: Sequence[TokenSelectionProblem], steps: int, lr: f
     return SelectionSweep(run, selects, status.astype(str))
 
 
-__all__ += [
-    "solve_each",
-    "Comparison",
-    "compare_methods",
-    "late_slopes",
-    "late_decay",
-    "running_half_decade_slopes",
-    "ends_off_opt",
-    "local_selection",
-    "SelectionSweep",
-    "selection_sweep",
-]
-
-
 def reduced_tokens(n: int, T: int, d: int, seeds, size: int | None = None, **family) -> list[Reduced]:
     """One :func:`attnlib.datasets.random_tokens` problem per seed, each :func:`reduce_to_span`.
 
@@ -466,9 +469,6 @@ def local_selection_table(entries) -> str:
     return "\n".join(lines)
 
 
-__all__ += ["reduced_tokens", "FITTED_RATES", "fitted_rates_table", "local_selection_table"]
-
-
 def off_opt_runs(problems: Sequence[TokenSelectionProblem], comparison: Comparison, solutions) -> dict:
     """The runs of a GD/NGD :class:`Comparison` that end off an optimal token, among problems whose
     W-SVM of opt is feasible (``solutions[k]`` not None).
@@ -499,9 +499,6 @@ def feasibility_table(groups, solutions, name: str = "d") -> str:
         median = f"{np.median(norms[sel]):.3f}" if sel.any() else "–"
         lines.append(f"| {g} | {np.sum(groups == g)} | {sel.sum()} | {median} |")
     return "\n".join(lines)
-
-
-__all__ += ["off_opt_runs", "feasibility_table"]
 
 
 def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7) -> bool | None:
@@ -538,6 +535,3 @@ def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7)
     if total > 0.5 and np.linalg.norm(G.T @ u) / total <= tol:
         return False
     return None
-
-
-__all__ += ["svm_feasibility"]

@@ -37,7 +37,18 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-__all__ = ["figure_png", "image_slider", "animation", "path_animation"]
+__all__ = [
+    "figure_png",
+    "image_slider",
+    "animation",
+    "path_animation",
+    "figure_slider",
+    "EXPLORERS_ENV",
+    "StaticSlider",
+    "explorer",
+    "explorer_mode",
+    "static_explorers",
+]
 
 EXPLORERS_ENV = "ATTNLIB_EXPLORERS"
 MODES = ("static", "live")
@@ -327,9 +338,6 @@ def figure_slider(
     return _png_slider(pngs, [format_value(v) for v in values], description, start, mode)
 
 
-__all__ += ["figure_slider"]
-
-
 # --- Explorers: static in the book, live in a kernel ------------------------------------------------
 
 
@@ -550,6 +558,3 @@ def _live_explorer(draw, parameter, values, description, live, start, dpi, forma
     box.slider, box.picture, box.status, box.redraw = slider, picture, status, redraw
     redraw()
     return box
-
-
-__all__ += ["EXPLORERS_ENV", "StaticSlider", "explorer", "explorer_mode", "static_explorers"]
