@@ -51,6 +51,7 @@ from .optim import GradientDescent, NormalizedGradientDescent, PolyakStep, StepR
 
 # Self-attention with a trainable decoder ([FAST] v2): joint (W, u) training.
 from .decoder import DecoderAttention, PlantedTokens, decoder_svms, joint_self_attention, planted_tokens
+from .decoder import StackedDecoderAttention, train_decoder_stack
 from .optim import train_joint_problem
 from .rates import train_many
 
@@ -278,6 +279,8 @@ __all__ = [
     "PlantedTokens",
     "planted_tokens",
     "decoder_svms",
+    "StackedDecoderAttention",
+    "train_decoder_stack",
     "train_joint_problem",
     "half_decade_slopes",
     "inverse_log_vs_power",

@@ -21,11 +21,19 @@ from functools import cached_property
 
 import numpy as np
 
-from .joint import JointSVMs
+from .joint import JointSVMs, StackedJointAttention, _train_joint_rows
 from .model import JointAttention, finite_array, token_selection
 from .svm import label_svm, max_margin
 
-__all__ = ["DecoderAttention", "joint_self_attention", "PlantedTokens", "planted_tokens", "decoder_svms"]
+__all__ = [
+    "DecoderAttention",
+    "joint_self_attention",
+    "StackedDecoderAttention",
+    "train_decoder_stack",
+    "PlantedTokens",
+    "planted_tokens",
+    "decoder_svms",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,21 +50,22 @@ class DecoderAttention(JointAttention):
 
     def __post_init__(self):
         super().__post_init__()
-        Z = self.X[:, 0, :] if self.Z is None else finite_array("Z", self.Z, ndim=2)
-        if Z.shape[0] != self.X.shape[0]:
-            raise ValueError(f"Z must have one query per sample, shape ({self.X.shape[0]}, d_z), got {Z.shape}")
+        lead = self.X.shape[:-2]  # (n,), or (R, n) for a stack
+        Z = self.X[..., 0, :] if self.Z is None else finite_array("Z", self.Z, ndim=len(lead) + 1)
+        if Z.shape[:-1] != lead:
+            raise ValueError(f"Z must have one query per sample, shape {lead + ('d_z',)}, got {Z.shape}")
         object.__setattr__(self, "Z", Z)
 
     @property
     def shape(self) -> tuple[int, int]:
         """Shape of ``W``: (d, d_z)."""
-        return (self.X.shape[2], self.Z.shape[1])
+        return (self.X.shape[-1], self.Z.shape[-1])
 
     @cached_property
     def keys(self) -> np.ndarray:
-        """``vec(x_it z_iᵀ)``: (n, T, d·d_z)."""
-        n, T, d = self.X.shape
-        return (self.X[:, :, :, None] * self.Z[:, None, None, :]).reshape(n, T, d * self.Z.shape[1])
+        """``vec(x_it z_iᵀ)``: (n, T, d·d_z) (leading data axes of a stack first)."""
+        d, dz = self.shape
+        return (self.X[..., :, None] * self.Z[..., None, None, :]).reshape(self.X.shape[:-1] + (d * dz,))
 
 
 def joint_self_attention(X, y, Z=None, loss="logistic") -> DecoderAttention:
@@ -67,6 +76,66 @@ def joint_self_attention(X, y, Z=None, loss="logistic") -> DecoderAttention:
     """
     X = finite_array("X", X, ndim=3)
     return DecoderAttention(X, np.asarray(y, float), np.eye(X.shape[2]), loss, Z)
+
+
+@dataclass(frozen=True, eq=False)
+class StackedDecoderAttention(DecoderAttention, StackedJointAttention):
+    """:class:`DecoderAttention` with one data set per batch row: ``X`` (R, n, T, d), ``y`` (R, n), ``Z`` (R, n, d_z).
+
+    The keys ``vec(x_it z_iᵀ)`` are (R, n, T, d·d_z); methods take ``p`` (*batch, R, d·d_z) and
+    ``v`` (*batch, R, d), and row ``r`` of the parameters sees data set ``r`` only
+    (:class:`attnlib.joint.StackedJointAttention`'s data axes), so the (W, u) runs on R data sets
+    step together as one batch (:func:`train_decoder_stack`). ``Z=None`` uses ``z_i = x_i1`` per row.
+    """
+
+
+def train_decoder_stack(problems, p0, v0, steps: int, **options) -> list:
+    """:func:`attnlib.train_joint_problem` on several :class:`DecoderAttention` problems as one batch.
+
+    Args:
+        problems: sequence of S :class:`DecoderAttention` with one ``X.shape`` (n, T, d), one
+            ``Z.shape`` (n, d_z) and one loss.
+        p0: ``vec W`` starts, (d·d_z,), (B, d·d_z) (the same for every problem) or (S, B, d·d_z);
+            ``v0`` (the decoder ``u``) likewise with ``d``.
+        steps, options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
+            :func:`attnlib.train_joint_problem`, which takes the one batched step
+            (a :class:`StackedDecoderAttention`).
+
+    Returns one :class:`attnlib.optim.JointTrajectory` per problem (``p`` (R, B, d·d_z), ``v``
+    (R, B, d), ``problem`` the problem passed): the same as S separate
+    :func:`attnlib.train_joint_problem` calls, with one Python loop over the iterations.
+
+    >>> import numpy as np, attnlib as al
+    >>> Js = [al.joint_self_attention(D.X, D.y) for D in (al.planted_tokens(4, 5, 6, s) for s in (0, 1))]
+    >>> trajs = al.train_decoder_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> one = al.train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> len(trajs), trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (2, True, True)
+    """
+    problems = list(problems)
+    if not problems or not all(isinstance(J, DecoderAttention) for J in problems):
+        raise ValueError("problems must be a non-empty sequence of DecoderAttention (attnlib.joint_self_attention)")
+    first = problems[0]
+    for s, J in enumerate(problems):
+        if J.X.ndim != 3 or J.X.shape != first.X.shape or J.Z.shape != first.Z.shape:
+            raise ValueError(
+                f"problems must share X.shape (n, T, d) and Z.shape (n, d_z): problem 0 has {first.X.shape} "
+                f"and {first.Z.shape}, problem {s} has {J.X.shape} and {J.Z.shape}"
+            )
+        if J.loss.name != first.loss.name:
+            raise ValueError(
+                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
+            )
+    X, y, Z = (np.stack([getattr(J, a) for J in problems]) for a in ("X", "y", "Z"))
+    d = X.shape[-1]
+
+    def stack(B):
+        rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
+        return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
+
+    return _train_joint_rows(
+        len(problems), stack, (d * Z.shape[-1], d), p0, v0, steps, lambda s, _: problems[s], **options
+    )
 
 
 @dataclass(frozen=True, eq=False)

@@ -508,14 +508,31 @@ def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logisti
     >>> len(trajs), bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
     (2, True)
     """
-    from .optim import JointTrajectory, train_joint_problem
-
     Xs = [np.asarray(X, float) for X, _ in datasets]
     ys = [np.asarray(y, float) for _, y in datasets]
     if not Xs or any(X.ndim != 3 or X.shape != Xs[0].shape for X in Xs):
         raise ValueError("datasets must be a non-empty sequence of (X, y) with X of one shape (n, T, d)")
-    S, d = len(Xs), Xs[0].shape[2]
+    d = Xs[0].shape[2]
     W = np.eye(d) if W is None else np.asarray(W, float)
+
+    def stack(B):
+        return StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
+
+    def problem(s, rows):
+        return JointAttention(Xs[s], ys[s], W, rows.loss)
+
+    return _train_joint_rows(len(Xs), stack, (W.shape[0], d), p0, v0, steps, problem, **options)
+
+
+def _train_joint_rows(S: int, stack, dims, p0, v0, steps: int, problem, **options) -> list:
+    """Train ``S`` data sets as one batch and split the run into one trajectory per data set.
+
+    ``stack(B)``: the stacked problem (a :class:`StackedJointAttention`) holding data set ``s`` in
+    rows ``s·B … s·B + B − 1``; ``dims``: ``(d_k, d)`` of ``p`` and ``v``; ``p0``, ``v0`` as in
+    :func:`train_joint_stack`;
+    ``problem(s, rows)``: the unstacked problem of data set ``s``, recorded in its trajectory.
+    """
+    from .optim import JointTrajectory, train_joint_problem
 
     def per_set(name, value, dim):
         arr = np.asarray(value, float)
@@ -525,11 +542,11 @@ def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logisti
             raise ValueError(f"{name} must have shape ({dim},), (B, {dim}) or ({S}, B, {dim}), got {np.shape(value)}")
         return arr
 
-    P, V = per_set("p0", p0, W.shape[0]), per_set("v0", v0, d)
+    P, V = per_set("p0", p0, dims[0]), per_set("v0", v0, dims[1])
     if P.shape[:2] != V.shape[:2]:
         raise ValueError(f"p0 and v0 must hold the same number of starts, got {P.shape[:2]} and {V.shape[:2]}")
     B = P.shape[1]
-    rows = StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
+    rows = stack(B)
     traj = train_joint_problem(rows, P.reshape(S * B, -1), V.reshape(S * B, -1), steps, **options)
     out = []
     for s in range(S):
@@ -543,7 +560,7 @@ def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logisti
                 traj.stopped[cut],
                 traj.method,
                 traj.lr,
-                JointAttention(Xs[s], ys[s], W, rows.loss),
+                problem(s, rows),
             )
         )
     return out
