@@ -136,6 +136,8 @@ from .factorization import (
     nuclear_svm_batch,
     train_kq_grid,
     svm_pair_batch,
+    LocalConvergence,
+    local_convergence,
 )
 
 # Figures, and the book's machinery (checks, parameters, explorers, run, sweep, build).
@@ -339,4 +341,6 @@ __all__ = [
     "nuclear_svm_batch",
     "train_kq_grid",
     "svm_pair_batch",
+    "LocalConvergence",
+    "local_convergence",
 ]

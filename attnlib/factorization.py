@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model import ProblemStack, TokenSelectionProblem, self_attention
-from .optim import BatchRecord, Stop, check_schedule, record_schedule, step_rule
+from .optim import BatchRecord, Stop, check_schedule, record_schedule, step_rule, train
 from .paths import factor_grad
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "nuclear_svm_batch",
     "train_kq_grid",
     "svm_pair_batch",
+    "LocalConvergence",
+    "local_convergence",
 ]
 
 NORMALIZATIONS = ("joint", "separate")
@@ -174,40 +176,46 @@ def train_kq(
     stop_step, stop_reason = np.full(B, -1), np.full(B, "", dtype=object)
     active = np.ones(B, bool)
     start, r = time.perf_counter(), 0
-    for k in range(int(record[-1]) + 1):
-        W = K @ np.swapaxes(Q, 1, 2)
-        with np.errstate(over="ignore", invalid="ignore"):
-            log_scale, gW = prob.scaled_grad(W)
+    safe = lambda x: np.where(x > 0, x, 1.0)[:, None, None]  # noqa: E731
+    # Overflow and log(0) are detected below and stop the run; one errstate for the whole loop.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for k in range(int(record[-1]) + 1):
+            W = K @ np.swapaxes(Q, 1, 2)
+            terms = prob.terms_from_flat(W.reshape(B, -1))  # the AttentionProblem protocol: W is valid here
+            log_scale, gW = prob.scaled_grad_from(terms, batch=(B,))
             gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
-        nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
-        g_norm = np.sqrt(nK**2 + nQ**2)
-        with np.errstate(divide="ignore", invalid="ignore"):
+            nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
+            g_norm = np.sqrt(nK**2 + nQ**2)
             log_gn = log_scale + np.log(g_norm)
-        need_gap = k == record[r] or rule.needs_loss
-        log_gap = prob.log_gap(W) if need_gap else None
-        if k == record[r]:
-            out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
-            out_loss[r] = prob.value(W)
-            out_sec[r] = time.perf_counter() - start
-            r += 1
-        if k == record[-1]:
-            break
-        finite = np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)) & np.isfinite(g_norm)
-        bad = active & ~(finite & ~np.isnan(log_scale))
-        zero = active & ~bad & ((g_norm == 0) | np.isneginf(log_scale))
-        for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
-            stop_step[mask], stop_reason[mask] = k, why
-            active &= ~mask
-        safe = lambda x: np.where(x > 0, x, 1.0)[:, None, None]  # noqa: E731
-        if method == "ngd" and normalize == "separate":
-            mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
-            mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
-        else:
-            length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
-            unit = 1.0 / safe(g_norm)
-            mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
-        K[active] -= mK[active]
-        Q[active] -= mQ[active]
+            need_gap = k == record[r] or rule.needs_loss
+            log_gap = prob.log_gap_from(terms) if need_gap else None
+            if k == record[r]:
+                out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
+                out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+                out_sec[r] = time.perf_counter() - start
+                r += 1
+            if k == record[-1]:
+                break
+            finite = np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)) & np.isfinite(g_norm)
+            bad = active & ~(finite & ~np.isnan(log_scale))
+            zero = active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
+            if bad.any() or zero.any():
+                for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
+                    stop_step[mask], stop_reason[mask] = k, why
+                    active &= ~mask
+            if method == "ngd" and normalize == "separate":
+                mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
+                mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
+            else:
+                length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
+                unit = 1.0 / safe(g_norm)
+                mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
+            if active.all():
+                K -= mK
+                Q -= mQ
+            else:
+                K[active] -= mK[active]
+                Q[active] -= mQ[active]
     stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
     return FactorTrajectory(
         K=out_K,
@@ -962,3 +970,118 @@ def train_kq_grid(
         k, j = np.array(index).T
         out[c, k, j] = traj.final
     return out
+
+
+# ------------------------------------------------------------------- the local-convergence experiment
+@dataclass(frozen=True, eq=False)
+class LocalConvergence:
+    """[TFSVM]'s local-convergence experiment: ``W`` and ``(K, Q)`` trained on the same S problems.
+
+    Keys ``"W"`` (W trained directly, from 0) and ``"KQ"`` (the product ``K Qᵀ``).
+
+    Attributes:
+        steps: (R,) recorded steps.
+        W: ``{kind: (R, S, d, d_z)}`` the trained matrix at the recorded steps.
+        select: ``{kind: (S, n)}`` the final selection ``α̂`` of every problem.
+        svms: ``{kind: (2, S, d, d_z)}`` the Frobenius (0) and nuclear (1) W-SVMs of ``α̂``
+            (:func:`svm_pair_batch`); NaN where infeasible.
+        feasible: ``{kind: (S,)}`` bool.
+        seconds: wall-clock of ``train_W``, ``svm_W``, ``train_KQ``, ``svm_KQ`` (each inside its
+            process) and ``total``.
+        processes: 1, or 2 when the two halves ran in two processes at once.
+    """
+
+    steps: np.ndarray
+    W: dict
+    select: dict
+    svms: dict
+    feasible: dict
+    seconds: dict
+    processes: int
+
+
+def _local_half(kind, stack, steps, lr, record, K0, Q0, normalize):
+    """One half of :func:`local_convergence`: train, select, both SVMs; picklable for a worker."""
+    t0 = time.perf_counter()
+    if kind == "W":
+        W = train(stack, np.zeros(stack.shape), steps, "ngd", lr, record_steps=record, progress=False).theta
+    else:
+        W = train_kq(stack, K0, Q0, steps, "ngd", lr, normalize=normalize, record_steps=record).W
+    t1 = time.perf_counter()
+    select = np.array([p.selection(w) for p, w in zip(stack.problems, W[-1])])
+    cons = [svm_constraints(*p.factors, a) for p, a in zip(stack.problems, select)]
+    svms, _, feasible, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
+    return W, select, svms, feasible, t1 - t0, time.perf_counter() - t1
+
+
+_FORKED_HALVES: dict = {}
+
+
+def _forked_half(kind):
+    return _local_half(*_FORKED_HALVES[kind])
+
+
+def local_convergence(
+    problems,
+    steps: int,
+    lr: float = 0.1,
+    kq_normalize: str = "separate",
+    kq_seed=0,
+    record_steps=None,
+    processes: int = 1,
+) -> LocalConvergence:
+    """[TFSVM]'s local-convergence experiment: NGD on ``W`` (from 0) and on ``(K, Q)`` (from
+    :func:`kq_init`, ``m = d``), then the final selections and their two W-SVMs.
+
+    Args:
+        problems: S self-attention problems of one size (e.g. ``datasets.random_tokens(…, queries="cross")``),
+            or their :class:`~attnlib.ProblemStack`.
+        steps, lr: NGD iterations and step size (both halves).  kq_normalize: "separate" (each factor
+            by its own gradient norm, as the official code) or "joint" (:func:`train_kq`).
+        kq_seed: seed of the (K, Q) initialisation.  record_steps: steps to record (default: the last).
+        processes: 1, or 2 to run the (K, Q) half in a second process while this one runs the W half
+            (the two halves are independent; the results are the same).
+
+    >>> import attnlib as al
+    >>> probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
+    >>> run = al.local_convergence(probs, steps=20)
+    >>> run.W["KQ"].shape, run.svms["W"].shape
+    ((1, 3, 6, 6), (2, 3, 6, 6))
+    """
+    if processes not in (1, 2):
+        raise ValueError(f"processes must be 1 or 2 (one per half), got {processes!r}")
+    start = time.perf_counter()
+    stack = problems if isinstance(problems, ProblemStack) else ProblemStack(tuple(problems))
+    if stack.factors is None or len(stack.shape) != 2:
+        raise ValueError(
+            "problems must be self-attention problems (rank-one features x_it z_iᵀ, e.g. from self_attention)"
+        )
+    check_schedule(steps, lr, 1)
+    record = record_schedule(steps, record_steps=[steps] if record_steps is None else record_steps)
+    K0, Q0 = kq_init(stack.S, *stack.shape, seed=kq_seed)
+    args = {kind: (kind, stack, steps, lr, record, K0, Q0, kq_normalize) for kind in ("W", "KQ")}
+    if processes == 2:
+        import multiprocessing as mp
+
+        # The worker is forked after the arguments are in place, so they need no pickling (a
+        # problem's loss holds lambdas); only the results travel back.
+        _FORKED_HALVES.update(args)
+        try:
+            with mp.get_context("fork").Pool(1) as pool:
+                pending = pool.apply_async(_forked_half, ("KQ",))
+                halves = {"W": _local_half(*args["W"]), "KQ": pending.get()}
+        finally:
+            _FORKED_HALVES.clear()
+    else:
+        halves = {kind: _local_half(*args[kind]) for kind in ("W", "KQ")}
+    seconds = {f"{what}_{kind}": halves[kind][k] for kind in halves for k, what in ((4, "train"), (5, "svm"))}
+    seconds["total"] = time.perf_counter() - start
+    return LocalConvergence(
+        steps=record,
+        W={k: h[0] for k, h in halves.items()},
+        select={k: h[1] for k, h in halves.items()},
+        svms={k: h[2] for k, h in halves.items()},
+        feasible={k: h[3] for k, h in halves.items()},
+        seconds=seconds,
+        processes=processes,
+    )

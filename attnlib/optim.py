@@ -407,34 +407,39 @@ def train(
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
     r = 0
-    for k in range(record[-1] + 1):
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below and stops the run
+    # Overflow and log(0) are detected below and stop the run (or are meant: −inf log-norms);
+    # one errstate for the whole loop rather than several per step.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for k in range(record[-1] + 1):
             terms = prob.terms_from_flat(flat)
             log_scale, g = prob.scaled_grad_from(terms)
-        g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one: no over/underflow
-        with np.errstate(divide="ignore"):
+            g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
             log_gn = log_scale + np.log(g_norm)
-        if k == record[r]:
-            out_theta[r] = flat
-            out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
-            out_log_gap[r] = prob.log_gap_from(terms)
-            out_log_gn[r] = log_gn
-            out_seconds[r] = time.perf_counter() - start
-            r += 1
-        if k == record[-1]:
-            break
-        bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
-        zero = active & ~bad & ((g_norm == 0) | np.isneginf(log_scale))
-        for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
-            stop_step[mask], stop_reason[mask] = k, why
-            active &= ~mask
-        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-        length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
-        for b, why in rule.stops(prob, terms, flat, length, active).items():
-            stop_step[b], stop_reason[b], active[b] = k, why, False
-        flat[active] -= length[active, None] * unit[active]
-        if bar is not None:
-            bar.update(1)
+            if k == record[r]:
+                out_theta[r] = flat
+                out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+                out_log_gap[r] = prob.log_gap_from(terms)
+                out_log_gn[r] = log_gn
+                out_seconds[r] = time.perf_counter() - start
+                r += 1
+            if k == record[-1]:
+                break
+            bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
+            zero = active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
+            if bad.any() or zero.any():
+                for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
+                    stop_step[mask], stop_reason[mask] = k, why
+                    active &= ~mask
+            unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
+            length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
+            for b, why in rule.stops(prob, terms, flat, length, active).items():
+                stop_step[b], stop_reason[b], active[b] = k, why, False
+            if active.all():
+                flat -= length[:, None] * unit
+            else:
+                flat[active] -= length[active, None] * unit[active]
+            if bar is not None:
+                bar.update(1)
     if bar is not None:
         bar.close()
     stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))

@@ -515,7 +515,7 @@ def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7)
     >>> al.rates.svm_feasibility(al.datasets.single_input())
     True
     """
-    from .svm import least_distance_nnls
+    from .svm import farkas_margin_bound, least_distance_nnls
 
     n, T = prob.n, prob.T
     sel = prob.opt if select is None else np.asarray(select)
@@ -531,7 +531,6 @@ def svm_feasibility(prob: TokenSelectionProblem, select=None, tol: float = 1e-7)
         theta = -r[:-1] / r[-1]
         if np.all(G @ theta >= 1 - 1e-9):
             return True
-    total = float(u.sum())
-    if total > 0.5 and np.linalg.norm(G.T @ u) / total <= tol:
+    if farkas_margin_bound(G, np.ones(G.shape[0]), u) <= tol:
         return False
     return None

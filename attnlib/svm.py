@@ -14,11 +14,12 @@ factorisation converges to [TFSVM].
 
 The Frobenius (Euclidean) problems are solved exactly by NNLS (Lawson–Hanson least-distance
 programming, :func:`_least_distance`) when its answer passes a KKT certificate, about 50× faster
-than building a cvxpy problem; otherwise, and for the nuclear norm, by cvxpy with an explicit
-solver (CLARABEL), status checked (``solver="cvxpy"`` skips the exact NNLS fast path). Infeasible selections raise
-:class:`InfeasibleError`. SVM-neighbours are the active constraints, decided with a tolerance
-well above the solver's accuracy (``ACTIVE_TOL``) and well below the gap to the next constraint
-on the book's instances.
+than building a cvxpy problem, and declared infeasible when NNLS returns a Farkas certificate
+(:func:`farkas_margin_bound` ≤ :data:`INFEASIBLE_MARGIN`); otherwise, and for the nuclear norm,
+by cvxpy with an explicit solver (CLARABEL), status checked (``solver="cvxpy"`` skips the NNLS
+path). Infeasible selections raise :class:`InfeasibleError`. SVM-neighbours are the active
+constraints, decided with a tolerance well above the solver's accuracy (``ACTIVE_TOL``) and well
+below the gap to the next constraint on the book's instances.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from .model import TokenSelectionProblem, check_labels, finite_array
 
 __all__ = [
     "least_distance_nnls",
+    "farkas_margin_bound",
+    "INFEASIBLE_MARGIN",
     "InfeasibleError",
     "MaxMarginSolution",
     "LabelSVM",
@@ -158,20 +161,49 @@ def least_distance_nnls(G: np.ndarray, h: np.ndarray):
     return u, E @ u - f
 
 
+def farkas_margin_bound(G: np.ndarray, h: np.ndarray, u: np.ndarray) -> float:
+    """The bound ``‖Gᵀu‖ / hᵀu`` on the margin ``1/‖x‖`` of every ``x`` with ``G x ≥ h``, from any ``u ≥ 0``.
+
+    For such ``x``, ``hᵀu ≤ uᵀ G x ≤ ‖Gᵀu‖ ‖x‖``, so ``‖x‖ ≥ hᵀu/‖Gᵀu‖`` (Farkas: ``Gᵀu = 0`` with
+    ``hᵀu > 0`` proves infeasibility). ``inf`` (no bound) unless ``hᵀu > 0``.
+
+    >>> import numpy as np
+    >>> float(farkas_margin_bound(np.array([[1.0], [-1.0]]), np.ones(2), np.array([1.0, 1.0])))  # x ≥ 1 and −x ≥ 1
+    0.0
+    """
+    total = float(h @ u)
+    if not total > 0:
+        return np.inf
+    return float(np.linalg.norm(G.T @ u)) / total
+
+
+#: :func:`attnlib.max_margin` and :func:`attnlib.label_svm` report a problem infeasible without
+#: cvxpy when the NNLS certificate bounds every feasible margin below this (``‖θ‖ ≥ 10⁷``): far
+#: below any margin the book meets (≥ 1e-3) and below what CLARABEL resolves at its tolerances.
+INFEASIBLE_MARGIN = 1e-7
+
+#: What :func:`_least_distance` returns for a certified infeasible problem.
+_INFEASIBLE = "infeasible"
+
+
 def _least_distance(G: np.ndarray, h: np.ndarray):
     """``min ‖x‖₂ s.t. G x ≥ h`` exactly, by :func:`least_distance_nnls`, certified.
 
     The answer is returned only when the KKT conditions certify it (primal feasibility and
-    complementary slackness, both to 1e-9 relative); otherwise ``None`` and the caller falls back
-    to cvxpy (which also gives the infeasibility verdicts). ~100× faster than building a cvxpy
-    problem. Returns ``(x, duals)`` with the duals scaled as cvxpy's for ``sum_squares`` (``2λ``).
+    complementary slackness, both to 1e-9 relative). When NNLS instead returns a Farkas
+    certificate with :func:`farkas_margin_bound` ≤ :data:`INFEASIBLE_MARGIN`, the result is
+    ``"infeasible"``. Otherwise ``None`` and the caller falls back to cvxpy. ~100× faster than
+    building a cvxpy problem. Returns ``(x, duals)`` with the duals scaled as cvxpy's for
+    ``sum_squares`` (``2λ``).
     """
     solved = least_distance_nnls(G, h)
     if solved is None:
         return None
     u, r = solved
-    if not np.isfinite(r).all() or -r[-1] <= 1e-8:  # infeasible or nearly so: let cvxpy decide
+    if not np.isfinite(r).all():
         return None
+    if -r[-1] <= 1e-8:  # infeasible or nearly so: certified, or cvxpy decides
+        return _INFEASIBLE if farkas_margin_bound(G, h, u) <= INFEASIBLE_MARGIN else None
     x = -r[:-1] / r[-1]
     lam = u / -r[-1]
     slack = G @ x - h
@@ -196,6 +228,8 @@ def _solve_min_norm(G: np.ndarray, h: np.ndarray, shape: tuple[int, ...], norm: 
         raise ValueError(f"solver must be one of {list(SOLVERS)}, got {solver!r}")
     if norm == "fro" and solver == "auto":
         fast = _least_distance(G, h)
+        if fast is _INFEASIBLE:
+            return None, "infeasible", None
         if fast is not None:
             return fast[0].reshape(shape), "optimal", fast[1]
     import cvxpy as cp

@@ -20,7 +20,8 @@ results in the file):
   by NNLS (Lawson–Hanson) for the Frobenius norm, checked against cvxpy.
 - ``memory``: peak RSS of a batched run (fresh process) against ``record_every``.
 - ``local_converge``: the [TFSVM] local-convergence experiment (n=6, T=8, d=10, 100 seeds ×
-  2000 NGD steps in one batch, W-SVM Frobenius and nuclear at each final selection), end to end.
+  2000 NGD steps for W and for (K, Q), each in one batch, W-SVM Frobenius and nuclear at each final
+  selection), end to end with ``al.local_convergence``, in one process and in two.
 - ``rank_grid``: the [TFSVM] rank-versus-d grid (5 (n, T) × 8 d × 100 seeds × 2 SVMs,
   ``al.svm_rank_grid``: batched interior-point solves with a certified gap per instance; infeasible
   instances decided by an LP and counted apart), on a pool of 2 processes.
@@ -53,8 +54,6 @@ SECTIONS = ("batching", "scaling", "svm", "memory", "local_converge", "rank_grid
 OFFICIAL_LOCAL_CONVERGE_S = 435.2
 #: Official [TFSVM] svm_rank notebook (RUN=100, the full grid) on this machine type, same note (median of 3).
 OFFICIAL_SVM_RANK_S = 628.1
-#: The same note's estimate of the official notebook's W half alone (its (K, Q) half is not rebuilt).
-OFFICIAL_LOCAL_CONVERGE_W_HALF_S = 158.0
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -421,154 +420,63 @@ def bench_memory(quick: bool) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- [TFSVM]
-def _svms(probs, alpha, nuc: str, timings: dict, suffix: str = ""):
-    """Frobenius (``al.max_margin``) and nuclear W-SVMs per seed: "reduced" (``al.nuclear_svm``), SCS via one
-    DPP problem, or CLARABEL through ``al.max_margin``; or "batched": both at once for all seeds
-    (``al.svm_pair_batch``, certified interior-point solves)."""
-    t0 = time.perf_counter()
-    if nuc == "batched":  # al.svm_pair_batch: both SVMs of every seed in one certified batch
-        cons = [al.svm_constraints(*p.factors, a) for p, a in zip(probs, alpha)]
-        W, _, feasible, _ = al.svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
-        timings["svm_pair_batch" + suffix] = time.perf_counter() - t0
-        return [W[0, s] if ok else None for s, ok in enumerate(feasible)], [
-            W[1, s] if ok else None for s, ok in enumerate(feasible)
-        ]
-    fro, nucl, dpp = [], [], None
-    for p, a in zip(probs, alpha):
-        try:
-            fro.append(al.max_margin(p, a).theta)
-        except al.InfeasibleError:
-            fro.append(None)
-    timings["svm_fro" + suffix] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for p, a in zip(probs, alpha):
-        if nuc == "reduced":  # al.nuclear_svm: Clarabel on the SDP reduced to the constraints' span
-            sol = al.nuclear_svm(*p.factors, a)
-            nucl.append(sol.W if sol.feasible else None)
-        elif nuc == "CLARABEL":
-            try:
-                nucl.append(al.max_margin(p, a, norm="nuc").theta)
-            except al.InfeasibleError:
-                nucl.append(None)
-        else:
-            G, _ = _constraints(p, a)
-            if dpp is None:
-                dpp = DPPSolver(len(G), p.size, "nuc", p.shape)
-            x = dpp.solve(G, nuc)
-            nucl.append(None if x is None else x.reshape(p.shape))
-    timings["svm_nuc" + suffix] = time.perf_counter() - t0
-    return fro, nucl
-
-
-def _median_corr(finals, svms) -> float:
-    corr = [al.cosine(W, S)[()] for W, S in zip(finals, svms) if S is not None]
+def _median_corr(finals, svms, feasible) -> float:
+    corr = [al.cosine(W, S)[()] for W, S, ok in zip(finals, svms, feasible) if ok]
     return float(np.median(corr)) if corr else float("nan")
 
 
-def local_converge(
-    seeds: int = 100, steps: int = 2000, n: int = 6, T: int = 8, d: int = 10, nuc: str = "SCS", kq: bool = True
-) -> dict:
-    """The [TFSVM] local-convergence experiment rebuilt: one batch of ``seeds`` trajectories.
-
-    W(0) = 0, NGD η = 0.1, logistic loss, cross-attention random data (as chapter 3); at the end,
-    the final selection α̂ of every seed, the W-SVM for α̂ in the Frobenius norm (``al.max_margin``:
-    the exact NNLS least-distance solve, cvxpy when it cannot certify its answer) and in the
-    nuclear norm (``nuc``: "reduced" through ``al.nuclear_svm``, "SCS" through a DPP problem built
-    once, or "CLARABEL" through ``al.max_margin``), and the correlations of the final W with both.
-    With ``kq``, the same for the factorisation ``W = K Qᵀ`` (K, Q of size d×d, initialised like
-    torch's ``nn.Linear``, uniform in ±1/√d, seeded), trained by ``al.train_kq`` (NGD on the joint
-    normalised gradient) in one batch too.
-    """
-    timings = {}
-    t_all = time.perf_counter()
-    t0 = time.perf_counter()
-    probs = [al.datasets.random_tokens(n, T, d, seed=s, queries="cross") for s in range(seeds)]
-    stack = al.stack_problems(probs)
-    timings["data"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    traj = al.train(stack, np.zeros((d, d)), steps, "ngd", 0.1, record_every=max(steps // 100, 1), progress=False)
-    timings["train"] = time.perf_counter() - t0
-    alpha = [p.selection(w) for p, w in zip(probs, traj.final)]
-    fro, nucl = _svms(probs, alpha, nuc, timings)
-    out = dict(
-        not_opt=int(sum(not np.array_equal(a, p.opt) for a, p in zip(alpha, probs))),
-        infeasible_fro=int(sum(W is None for W in fro)),
-        median_corr_fro=_median_corr(traj.final, fro),
-        median_corr_nuc=_median_corr(traj.final, nucl),
-        mean_selection_mass=float(
-            np.mean([al.selection_mass(p, w, a).mean() for p, w, a in zip(probs, traj.final, alpha)])
-        ),
-    )
-    if kq:
-        rng = np.random.default_rng(12345)
-        bound = 1 / np.sqrt(d)
-        K0, Q0 = (rng.uniform(-bound, bound, size=(seeds, d, d)) for _ in range(2))
-        t0 = time.perf_counter()
-        W_kq = al.train_kq(stack, K0, Q0, steps, "ngd", 0.1, record_every=steps).final
-        timings["train_kq"] = time.perf_counter() - t0
-        alpha_kq = [p.selection(w) for p, w in zip(probs, W_kq)]
-        fro_kq, nucl_kq = _svms(probs, alpha_kq, nuc, timings, "_kq")
-        out.update(
-            kq_not_opt=int(sum(not np.array_equal(a, p.opt) for a, p in zip(alpha_kq, probs))),
-            kq_median_corr_fro=_median_corr(W_kq, fro_kq),
-            kq_median_corr_nuc=_median_corr(W_kq, nucl_kq),
+def _local_results(run: al.LocalConvergence, probs) -> dict:
+    out = {}
+    for kind in ("W", "KQ"):
+        final, (fro, nuc), ok = run.W[kind][-1], run.svms[kind], run.feasible[kind]
+        out[kind] = dict(
+            not_opt=int(sum(np.any(a != p.opt) for a, p in zip(run.select[kind], probs))),
+            infeasible=int((~ok).sum()),
+            median_corr_fro=_median_corr(final, fro, ok),
+            median_corr_nuc=_median_corr(final, nuc, ok),
         )
-    total = time.perf_counter() - t_all
-    return dict(
-        setting=dict(seeds=seeds, steps=steps, n=n, T=T, d=d, lr=0.1, method="ngd", nuclear_solver=nuc, kq=kq),
-        seconds=total,
-        timings=timings,
-        **out,
-        _thetas=(fro, nucl),
-    )
+    return out
 
 
 def bench_local_converge(quick: bool) -> dict:
+    """The [TFSVM] local-convergence experiment end to end (``al.local_convergence``), in one
+    process and with its two halves in two processes; and the batched nuclear SVMs against
+    CLARABEL through cvxpy (``al.max_margin(…, norm="nuc")``) and the reduced SDP (``al.nuclear_svm``)."""
     seeds, steps = (4, 50) if quick else (100, 2000)
-    t0 = time.perf_counter()
-    import cvxpy  # noqa: F401
-
-    import_s = time.perf_counter() - t0
-    batched = local_converge(seeds, steps, nuc="batched")
-    reduced = local_converge(seeds, steps, nuc="reduced")
-    scs = local_converge(seeds, steps, nuc="SCS")
-    clar = local_converge(seeds, steps, nuc="CLARABEL", kq=not quick)
-    clar_thetas = clar.pop("_thetas")[1]
-    agree_batched = [
-        _relerr(a.ravel(), b.ravel())
-        for a, b in zip(batched.pop("_thetas")[1], clar_thetas)
-        if a is not None and b is not None
-    ]
-    agree = [
-        _relerr(a.ravel(), b.ravel())
-        for a, b in zip(scs.pop("_thetas")[1], clar_thetas)
-        if a is not None and b is not None
-    ]
-    agree_reduced = [
-        _relerr(a.ravel(), b.ravel())
-        for a, b in zip(reduced.pop("_thetas")[1], clar_thetas)
-        if a is not None and b is not None
-    ]
-    best = min((batched, reduced, scs, clar), key=lambda r: r["seconds"])
-    w_half = best["seconds"] - sum(v for k, v in best["timings"].items() if k.endswith("_kq"))
+    probs = [al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(seeds)]
+    runs = {}
+    for processes in (1, 2):
+        t0 = time.perf_counter()
+        run = al.local_convergence(probs, steps, lr=0.1, kq_normalize="separate", processes=processes)
+        runs[processes] = (run, time.perf_counter() - t0)
+    run = runs[1][0]
+    check = range(min(seeds, 10))  # the independent solvers are slow: the first 10 seeds
+    cvx, reduced = [], []
+    for s in check:
+        if not run.feasible["W"][s]:
+            continue
+        p, a = probs[s], run.select["W"][s]
+        cvx.append(_relerr(run.svms["W"][1, s].ravel(), al.max_margin(p, a, norm="nuc").theta.ravel()))
+        reduced.append(_relerr(run.svms["W"][1, s].ravel(), al.nuclear_svm(*p.factors, a).W.ravel()))
+    best = min(t for _, t in runs.values())
     return dict(
-        attnlib_batched=batched,
-        attnlib_reduced=reduced,
-        attnlib_scs=scs,
-        attnlib_clarabel=clar,
-        nuclear_scs_vs_clarabel_max_relerr=max(agree, default=float("nan")),
-        nuclear_reduced_vs_clarabel_max_relerr=max(agree_reduced, default=float("nan")),
-        nuclear_batched_vs_clarabel_max_relerr=max(agree_batched, default=float("nan")),
-        cvxpy_import_s=import_s,
-        best_seconds=best["seconds"],
+        setting=dict(seeds=seeds, steps=steps, n=6, T=8, d=10, lr=0.1, method="ngd", kq_normalize="separate"),
+        one_process=dict(seconds=runs[1][1], stages=run.seconds),
+        two_processes=dict(seconds=runs[2][1], stages=runs[2][0].seconds),
+        identical_results=all(
+            np.array_equal(runs[1][0].W[k], runs[2][0].W[k])
+            and np.array_equal(runs[1][0].svms[k], runs[2][0].svms[k], equal_nan=True)
+            for k in ("W", "KQ")
+        ),
+        results=_local_results(run, probs),
+        nuclear_batched_vs_clarabel_max_relerr=max(cvx, default=float("nan")),
+        nuclear_batched_vs_reduced_max_relerr=max(reduced, default=float("nan")),
+        best_seconds=best,
         official_seconds=OFFICIAL_LOCAL_CONVERGE_S,
-        official_w_half_estimate_seconds=OFFICIAL_LOCAL_CONVERGE_W_HALF_S,
         official_source="perf-anchor note (official TF-as-SVM local_converge, RUN=100, ITN=2000, median of 3 on "
-        "this machine type, 2026-11-29); not re-run here. Both halves (W and K, Q) are rebuilt here; the (K, Q) "
-        "initialisation and normalisation are this rebuild's (torch nn.Linear-like uniform init, joint NGD).",
-        ratio_vs_official=OFFICIAL_LOCAL_CONVERGE_S / best["seconds"] if not quick else None,
-        w_half_seconds=w_half,
-        ratio_vs_official_w_half=OFFICIAL_LOCAL_CONVERGE_W_HALF_S / w_half if not quick else None,
+        "this machine type, 2026-11-29, torch with 2 threads: 189% CPU); not re-run here.",
+        ratio_vs_official=OFFICIAL_LOCAL_CONVERGE_S / best if not quick else None,
+        ratio_vs_official_one_process=OFFICIAL_LOCAL_CONVERGE_S / runs[1][1] if not quick else None,
     )
 
 
@@ -661,18 +569,17 @@ def report(result: dict) -> str:
         out += [table(result["memory"]["rows"], ["record_every", "recorded", "peak_rss_mib", "stored_theta_mib"])]
     if "local_converge" in result:
         lc = result["local_converge"]
-        out += ["", "[TFSVM] local convergence rebuilt (seconds)"]
-        for key in ("attnlib_batched", "attnlib_reduced", "attnlib_scs", "attnlib_clarabel"):
-            if key not in lc:
-                continue
+        out += ["", "[TFSVM] local convergence rebuilt (al.local_convergence; seconds)"]
+        for key in ("one_process", "two_processes"):
             r = lc[key]
-            parts = ", ".join(f"{k} {x:.2f}" for k, x in r["timings"].items())
+            parts = ", ".join(f"{k} {x:.2f}" for k, x in r["stages"].items())
             out += [f"  {key}: {r['seconds']:.2f} s ({parts})"]
+        for kind, r in lc["results"].items():
+            out += [f"  {kind}: " + ", ".join(f"{k} {v:.4g}" for k, v in r.items())]
         if lc["ratio_vs_official"]:
             out += [
                 f"  official {lc['official_seconds']} s (perf-anchor note, not this run): ratio "
-                f"{lc['ratio_vs_official']:.0f}×; W half alone {lc['w_half_seconds']:.2f} s vs the note's estimate "
-                f"of the official W half: {lc['ratio_vs_official_w_half']:.0f}×"
+                f"{lc['ratio_vs_official']:.0f}× (two processes), {lc['ratio_vs_official_one_process']:.0f}× (one)"
             ]
     if "rank_grid" in result:
         rg = result["rank_grid"]

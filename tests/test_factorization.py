@@ -223,3 +223,39 @@ def test_trained_kq_spectra_are_relative_and_skip_infeasible():
     # the start K0 Q0ᵀ has full rank; after training, the rank at 0.01 is below d, like the nuclear SVM's
     assert np.all(al.numerical_rank(grid.trained_kq_spectra(steps=0)[0, 1], 1e-6) == 6)
     assert np.all(al.numerical_rank(sv[0, 1], 0.01) < 6) and np.all(grid.ranks(1e-6)[1, 0, 1] < 6)
+
+
+def test_rank_one_stack_matches_the_dense_features():
+    # A stack of self-attention problems takes the rank-one path (x_itᵀ W z_i); the same problems
+    # without their factors take the dense one (⟨W, A_it⟩). Both sum ~d·d_z products: agree to 1e-13.
+    probs = [al.datasets.random_tokens(5, 6, 7, seed=s, queries="cross") for s in range(4)]
+    dense = al.stack_problems([al.token_selection(p.A, p.gamma, p.loss) for p in probs])
+    stack = al.stack_problems(probs)
+    assert stack.factors is not None and dense.factors is None
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(3, 4, 7, 7))  # a batch of 3 parameter sets for the 4 problems
+    np.testing.assert_allclose(stack.logits(W), dense.logits(W), rtol=0, atol=1e-13 * np.abs(dense.logits(W)).max())
+    g, gd = stack.grad(W), dense.grad(W)
+    np.testing.assert_allclose(g, gd, rtol=0, atol=1e-13 * np.abs(gd).max())
+    w = rng.normal(size=(3, 4, 5, 6))
+    np.testing.assert_allclose(stack.adjoint_flat(w), dense.adjoint_flat(w), rtol=0, atol=1e-12)
+
+
+def test_local_convergence_is_train_and_train_kq_in_one_or_two_processes():
+    probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
+    runs = [al.local_convergence(probs, 30, processes=p) for p in (1, 2)]
+    stack = al.stack_problems(probs)
+    W = al.train(stack, np.zeros((6, 6)), 30, "ngd", 0.1, record_steps=[30]).theta
+    K0, Q0 = al.kq_init(3, 6, 6, seed=0)
+    KQ = al.train_kq(stack, K0, Q0, 30, "ngd", 0.1, normalize="separate", record_steps=[30]).W
+    for run in runs:
+        assert np.array_equal(run.W["W"], W) and np.array_equal(run.W["KQ"], KQ)
+        assert run.select["W"].tolist() == [p.selection(w).tolist() for p, w in zip(probs, W[-1])]
+        for kind in ("W", "KQ"):  # the SVMs are those of the final selections
+            sol = al.max_margin(probs[0], run.select[kind][0])
+            np.testing.assert_allclose(run.svms[kind][0, 0], sol.theta, atol=1e-8)
+    assert all(np.array_equal(runs[0].svms[k], runs[1].svms[k], equal_nan=True) for k in ("W", "KQ"))
+    with pytest.raises(ValueError, match="processes must be 1 or 2"):
+        al.local_convergence(probs, 5, processes=3)
+    with pytest.raises(ValueError, match="self-attention"):
+        al.local_convergence([al.datasets.loss_study(3.0)] * 2, 5)

@@ -9,7 +9,7 @@ import attnlib as al
 seeds = st.integers(0, 2**31 - 1)
 sizes = st.tuples(st.integers(1, 4), st.integers(2, 5), st.integers(1, 4))
 losses = st.sampled_from(sorted(al.LOSSES))
-FAST = settings(max_examples=40, deadline=None)
+FAST = settings(max_examples=40, deadline=None, derandomize=True)  # the same examples in every run
 
 
 def make(seed, n, T, d, loss):
@@ -57,7 +57,12 @@ def test_batch_equals_loop(seed, size, loss, B):
     for method in (prob.value, prob.gap, prob.grad, prob.log_attention):
         batched = method(theta)
         looped = np.stack([method(t) for t in theta])
-        np.testing.assert_allclose(batched, looped, rtol=1e-12, atol=1e-300)
+        # The batch and the loop sum in different orders (matrix-matrix against matrix-vector
+        # products): each entry agrees to ~eps times the size of the terms it sums, which for a
+        # gradient entry that cancels is the gradient's scale, not the entry's.
+        scale = np.abs(looped).max(axis=tuple(range(1, looped.ndim)), keepdims=True)
+        error = np.abs(batched - looped)
+        assert np.all(error <= 1e-12 * (np.abs(looped) + scale)), (method.__name__, error.max(), scale.max())
 
 
 @FAST

@@ -1,5 +1,7 @@
 """Max-margin problems against independent solvers, and the paper's local-optimality verdicts."""
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy.optimize import nnls
@@ -224,14 +226,19 @@ def test_frobenius_fast_path_relaxed_rows_and_label_svm():
     assert sv.support.tolist() == [True, True, True]
 
 
-def test_fast_path_falls_back_to_cvxpy_when_infeasible():
-    # Two samples that need opposite directions: infeasible; the NNLS solve declines and cvxpy decides.
+def test_fast_path_certifies_infeasibility_like_cvxpy():
+    # Two samples that need opposite directions: infeasible. NNLS returns a Farkas certificate
+    # (margin bound 0), so no cvxpy is needed; cvxpy (solver="cvxpy") gives the same verdict.
     X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[-1.0, 0.0], [0.0, 0.0]]])
     prob = al.prompt_attention(X, [1, 1], v=[1.0, 0.0])
     G = np.array([[1.0, 0.0], [-1.0, 0.0]])
-    assert attnlib.svm._least_distance(G, np.ones(2)) is None
-    with pytest.raises(al.InfeasibleError):
-        al.max_margin(prob, select=np.array([1, 1]))
+    assert attnlib.svm._least_distance(G, np.ones(2)) == "infeasible"
+    for solver in ("auto", "cvxpy"):
+        with pytest.raises(al.InfeasibleError):
+            al.max_margin(prob, select=np.array([1, 1]), solver=solver)
+    # a feasible problem with badly scaled rows (1e-6·x ≥ 1e-6 and x ≥ 1) still gets its point x = 1
+    x, _ = attnlib.svm._least_distance(np.array([[1e-6], [1.0]]), np.array([1e-6, 1.0]))
+    np.testing.assert_allclose(x, [1.0], rtol=1e-12)
 
 
 def test_least_distance_nnls_gives_the_point_or_a_farkas_certificate():
@@ -245,3 +252,26 @@ def test_least_distance_nnls_gives_the_point_or_a_farkas_certificate():
     # x ≥ 1 and −x ≥ 1 cannot both hold: G^T u = 0 with h^T u = 1 certifies it.
     u, r = least_distance_nnls(np.array([[1.0], [-1.0]]), np.array([1.0, 1.0]))
     assert abs(r[-1]) < 1e-12 and abs(u[0] - u[1]) < 1e-12 and u.sum() == pytest.approx(1.0)
+
+
+def test_nnls_infeasibility_certificates_agree_with_clarabel():
+    """Every selection of small problems with few parameters (many infeasible): the NNLS path's
+    verdict (Farkas certificate, no cvxpy) equals CLARABEL's, and so does the label SVM's."""
+    import attnlib as al
+
+    verdicts = {"auto": [], "cvxpy": []}
+    for seed in range(3):
+        prob = al.datasets.random_tokens(3, 3, 2, seed=seed)  # p-problems in d=2: many infeasible selections
+        for sel in itertools.product(range(prob.T), repeat=prob.n):
+            for solver in verdicts:
+                try:
+                    al.max_margin(prob, np.array(sel), solver=solver)
+                    verdicts[solver].append(True)
+                except al.InfeasibleError:
+                    verdicts[solver].append(False)
+    assert verdicts["auto"] == verdicts["cvxpy"]
+    assert 0 < sum(verdicts["auto"]) < len(verdicts["auto"])  # both verdicts occur
+    X = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])  # x and −x both labelled +1: no v separates
+    with pytest.raises(al.InfeasibleError):
+        al.label_svm(X, [1, 1, -1])
+    assert al.svm.farkas_margin_bound(X * np.array([[1], [1], [-1]]), np.ones(3), np.array([1.0, 1.0, 0.0])) == 0.0
