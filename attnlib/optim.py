@@ -584,15 +584,21 @@ def train_joint_problem(
         n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
         finite = np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)
         bad = active & ~finite
-        stop_step[bad], stop_reason[bad] = k, "non-finite value"
-        active &= ~bad
+        if bad.any():
+            stop_step[bad], stop_reason[bad] = k, "non-finite value"
+            active &= ~bad
         move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), active)
         for mask, why in stops:
             mask = active & mask
-            stop_step[mask], stop_reason[mask] = k, why
-            active &= ~mask
-        p[active] -= move_p[active]
-        v[active] -= move_v[active]
+            if mask.any():
+                stop_step[mask], stop_reason[mask] = k, why
+                active &= ~mask
+        if active.all():
+            p -= move_p
+            v -= move_v
+        else:
+            p[active] -= move_p[active]
+            v[active] -= move_v[active]
         if bar is not None:
             bar.update(1)
     if bar is not None:
