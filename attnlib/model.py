@@ -741,6 +741,11 @@ class JointAttention:
         """``k_it = W x_it``: (n, T, d_k)."""
         return self.X @ self.W.T
 
+    @cached_property
+    def _keys_from_first(self) -> np.ndarray:
+        """``k_it − k_i1`` (the weights of a sample sum to zero, so any base token will do), kept."""
+        return self.keys - self.keys[..., :1, :]
+
     def scores(self, v) -> np.ndarray:
         """``γ_it = y_i vᵀ x_it``: (*batch, n, T)."""
         v = np.asarray(v, float)
@@ -772,7 +777,7 @@ class JointAttention:
         terms, gamma = self._terms(p, v)
         data = self._data_axes
         m_p, w = _scaled_weights(terms.log_sigma, gamma, terms.output, self.loss)
-        g_p = np.einsum(f"...it,{data}itk->...k", w, self.keys - self.keys[..., :1, :])
+        g_p = np.einsum(f"...it,{data}itk->...k", w, self._keys_from_first)
         with np.errstate(divide="ignore"):
             log_neg_dloss = np.log(-self.loss.derivative(terms.output))  # (*batch, n)
         m_v = np.max(log_neg_dloss, axis=-1)
