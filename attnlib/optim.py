@@ -17,6 +17,7 @@ heading to a local selection); the others go on.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -570,7 +571,9 @@ def train_joint_problem(
     stop_step = np.full(B, -1)
     stop_reason = np.full(B, "", dtype=object)
     active = np.ones(B, bool)
-    bar = _progress(steps, progress, float(steps) * B * joint.keys.size * 8, f"joint {rule.name} B={B}")
+    # work per step: B trajectories × (n, T, d_k) keys each (a stack's keys hold one set per row)
+    work = float(steps) * B * math.prod(joint.keys.shape[-3:]) * 8
+    bar = _progress(steps, progress, work, f"joint {rule.name} B={B}")
     r = 0
     for k in range(record[-1] + 1):
         loss = joint.value(p, v) if (rule.needs_loss or k == record[r]) else None
