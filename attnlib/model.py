@@ -550,8 +550,11 @@ def self_attention(X, y, u, Z=None, loss: str | Loss = "logistic") -> TokenSelec
     Z = X[:, 0, :] if Z is None else finite_array("Z", Z, ndim=2)
     if Z.shape[0] != n:
         raise ValueError(f"Z must have one query per sample, shape ({n}, d_z), got {Z.shape}")
-    A = X[:, :, :, None] * Z[:, None, None, :]
-    return TokenSelectionProblem(A, y[:, None] * (X @ u), loss, factors=(X, Z))
+    prob = TokenSelectionProblem(X[:, :, :, None] * Z[:, None, None, :], y[:, None] * (X @ u), loss)
+    # A is the product of the factors by construction: attach them without the elementwise check
+    # that __post_init__ makes for factors given from outside (a third of building the problem).
+    object.__setattr__(prob, "factors", (X, Z))
+    return prob
 
 
 @dataclass(frozen=True, eq=False)
