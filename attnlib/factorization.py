@@ -1008,7 +1008,7 @@ def _local_half(kind, stack, steps, lr, record, K0, Q0, normalize):
     else:
         W = train_kq(stack, K0, Q0, steps, "ngd", lr, normalize=normalize, record_steps=record).W
     t1 = time.perf_counter()
-    select = np.array([p.selection(w) for p, w in zip(stack.problems, W[-1])])
+    select = stack.selection(W[-1])  # (S, n), every problem at once
     cons = [svm_constraints(*p.factors, a) for p, a in zip(stack.problems, select)]
     svms, _, feasible, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
     return W, select, svms, feasible, t1 - t0, time.perf_counter() - t1

@@ -417,11 +417,11 @@ def _median_corr(finals, svms, feasible) -> float:
 
 
 def _local_results(run: al.LocalConvergence, probs) -> dict:
-    out = {}
+    out, opt = {}, np.array([p.opt for p in probs])
     for kind in ("W", "KQ"):
         final, (fro, nuc), ok = run.W[kind][-1], run.svms[kind], run.feasible[kind]
         out[kind] = dict(
-            not_opt=int(sum(np.any(a != p.opt) for a, p in zip(run.select[kind], probs))),
+            not_opt=int(np.any(run.select[kind] != opt, axis=1).sum()),
             infeasible=int((~ok).sum()),
             median_corr_fro=_median_corr(final, fro, ok),
             median_corr_nuc=_median_corr(final, nuc, ok),
