@@ -50,6 +50,16 @@ __all__ = [
     "METHODS",
     "log_steps",
     "train_many",
+    "MirrorDescent",
+    "SignDescent",
+    "CoordinateDescent",
+    "SpectralDescent",
+    "Adam",
+    "GEOMETRY_METHODS",
+    "RuleBlocks",
+    "mirror_map",
+    "inverse_mirror_map",
+    "dual_exponent",
 ]
 
 METHODS = ("gd", "ngd", "polyak")
@@ -163,6 +173,9 @@ class StepRule:
 
     #: the method's name (``Trajectory.method``).
     name = ""
+    #: whether the rule computes the new parameters itself (:meth:`update`) instead of a length
+    #: along ``−∇L/‖∇L‖``: the mirror, steepest-descent and Adam rules at the end of this module.
+    moves_itself = False
     #: whether the rule needs the loss (``log(L − L*)`` for :meth:`lengths`, ``L`` for
     #: :meth:`joint_moves`) at every step, not only at the recorded ones.
     needs_loss = False
@@ -178,6 +191,17 @@ class StepRule:
         Args: ``flat`` (B, size) parameters, ``lengths`` (B,) from :meth:`lengths`, ``active`` (B,).
         """
         return {}
+
+    def init_state(self, flat: np.ndarray, shape: tuple[int, ...]):
+        """Per-trajectory state of a rule that :attr:`moves_itself` (e.g. Adam's moments); None by default."""
+        return None
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        """New parameters (B, size) from ``flat`` (B, size) and the gradient ``∇L = exp(log_scale)·g``
+        (``log_scale`` (B,), ``g`` (B, size) of order one), step sizes ``lrs`` (B,) and ``state``
+        (updated in place); ``shape`` is the parameter shape. Only for rules that :attr:`moves_itself`.
+        """
+        raise NotImplementedError
 
     def joint_moves(self, lr: float, loss, grad_p, grad_v, active):
         """Moves of a joint step and the trajectories to stop.
@@ -272,8 +296,10 @@ def step_rule(method, polyak_max_step: float = 10.0) -> StepRule:
     """
     if isinstance(method, StepRule):
         return method
+    if method in GEOMETRY_METHODS:  # the optimizer-geometry rules, with their default parameters
+        return GEOMETRY_METHODS[method]()
     if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ValueError(f"method must be one of {list(METHODS) + list(GEOMETRY_METHODS)}, got {method!r}")
     if method == "polyak":
         return PolyakStep(polyak_max_step)
     return GradientDescent() if method == "gd" else NormalizedGradientDescent()
@@ -405,6 +431,7 @@ def train(
     stop_step = np.full(B, -1)
     stop_reason = np.full(B, "", dtype=object)
     active = np.ones(B, bool)
+    state = rule.init_state(flat, prob.shape) if rule.moves_itself else None
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
     r = 0
@@ -431,6 +458,12 @@ def train(
                 for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
                     stop_step[mask], stop_reason[mask] = k, why
                     active &= ~mask
+            if rule.moves_itself:  # mirror / steepest / Adam steps (the last section of this module)
+                moved = rule.update(flat, log_scale, g, lrs, state, prob.shape)
+                flat[active] = moved[active]
+                if bar is not None:
+                    bar.update(1)
+                continue
             unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
             length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
             for b, why in rule.stops(prob, terms, flat, length, active).items():
@@ -664,3 +697,238 @@ def train_many(
         progress=False,
         record_steps=record,
     )
+
+
+# ---------------------------------------------------------------------- optimizer geometry
+# Step rules that compute the new parameters themselves (``StepRule.moves_itself``): mirror
+# descent with the ℓp potential, normalised steepest descent for the ℓ∞, ℓ1 and spectral norms,
+# and Adam. They run through :func:`train` like GD/NGD/Polyak (same gradient, stops and records).
+
+
+def dual_exponent(p: float) -> float:
+    """``q = p/(p − 1)``, the exponent of the dual norm of ℓp.
+
+    >>> dual_exponent(3.0), dual_exponent(1.5)
+    (1.5, 3.0)
+    """
+    return p / (p - 1.0)
+
+
+def mirror_map(theta, p: float) -> np.ndarray:
+    """``∇ψ(θ) = sign(θ)|θ|^{p−1}`` for the potential ``ψ(θ) = ‖θ‖_p^p / p`` (entrywise).
+
+    >>> mirror_map(np.array([2.0, -3.0]), 3.0).tolist()
+    [4.0, -9.0]
+    """
+    theta = np.asarray(theta, float)
+    return np.sign(theta) * np.abs(theta) ** (p - 1.0)
+
+
+def inverse_mirror_map(z, p: float) -> np.ndarray:
+    """``(∇ψ)^{-1}(z) = sign(z)|z|^{1/(p−1)}``, the inverse of :func:`mirror_map`.
+
+    >>> inverse_mirror_map(mirror_map(np.array([2.0, -3.0]), 3.0), 3.0).tolist()
+    [2.0, -3.0]
+    """
+    z = np.asarray(z, float)
+    return np.sign(z) * np.abs(z) ** (1.0 / (p - 1.0))
+
+
+def _check_exponent(p) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 1.0 < p < np.inf:
+        raise ValueError(f"p must be a real number in (1, inf), got {p!r}")
+    return float(p)
+
+
+def _scaled_norm(g: np.ndarray, q: float) -> np.ndarray:
+    """``‖g‖_q`` (B,) of rows of order one (no overflow: ``g`` is the order-one part of ∇L)."""
+    return np.sum(np.abs(g) ** q, axis=-1) ** (1.0 / q)
+
+
+@dataclass(frozen=True)
+class MirrorDescent(StepRule):
+    """Mirror descent with the ℓp potential ``ψ(θ) = ‖θ‖_p^p / p`` ([MD-ATT] ℓp-AttGD):
+
+    .. math::
+
+        ∇ψ(θ^+) = ∇ψ(θ) − η ∇L(θ), \\qquad ∇ψ(θ) = \\operatorname{sign}(θ)|θ|^{p−1}.
+
+    ``p = 2`` is GD. With ``normalized=True`` the dual step is ``η ∇L/‖∇L‖_q`` (``q = p/(p−1)``,
+    the dual norm), the ℓp analogue of NGD (``p = 2``: NGD); the dual variable then grows like
+    ``ηt``. The plain step uses the gradient's true scale ``exp(log_scale)·g`` (it underflows
+    late, as it does for GD).
+
+    >>> import numpy as np, attnlib as al
+    >>> traj = al.train(al.datasets.single_input(), np.zeros(3), 50, method=MirrorDescent(p=3.0), lr=0.5)
+    >>> traj.method, traj.theta.shape
+    ('mirror', (51, 1, 3))
+    """
+
+    p: float = 3.0
+    normalized: bool = False
+    name = "mirror"
+    moves_itself = True
+
+    def __post_init__(self):
+        _check_exponent(self.p)
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        dual = mirror_map(flat, self.p)
+        if self.normalized:
+            size = _scaled_norm(g, dual_exponent(self.p))
+            step = (lrs / np.where(size > 0, size, 1.0))[:, None] * g
+        else:
+            step = (lrs * np.exp(log_scale))[:, None] * g
+        return inverse_mirror_map(dual - step, self.p)
+
+
+class SignDescent(StepRule):
+    """Normalised steepest descent for the ℓ∞ norm: ``θ ← θ − η sign(∇L)`` (sign descent).
+
+    The move ``argmin_{‖Δ‖∞ ≤ η} ⟨∇L, Δ⟩``; scale-free, so the order-one ``g`` suffices.
+    """
+
+    name = "sign"
+    moves_itself = True
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        return flat - lrs[:, None] * np.sign(g)
+
+
+class CoordinateDescent(StepRule):
+    """Normalised steepest descent for the ℓ1 norm: ``θ ← θ − η sign(∂_j L) e_j``, ``j = argmax_j |∂_j L|``.
+
+    The move ``argmin_{‖Δ‖₁ ≤ η} ⟨∇L, Δ⟩`` (greedy coordinate descent; ties go to the first coordinate).
+    """
+
+    name = "l1"
+    moves_itself = True
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        j = np.argmax(np.abs(g), axis=-1)
+        rows = np.arange(len(flat))
+        moved = flat.copy()
+        moved[rows, j] -= lrs * np.sign(g[rows, j])
+        return moved
+
+
+@dataclass(frozen=True)
+class SpectralDescent(StepRule):
+    """Normalised steepest descent for the spectral norm on matrices: ``W ← W − η U Vᵀ``.
+
+    ``∇L = U S Vᵀ`` (thin SVD); ``U Vᵀ`` (over the singular values above ``rank_tol · s_max``) is the
+    polar factor, the move ``argmin_{‖Δ‖₂ ≤ η} ⟨∇L, Δ⟩`` of least Frobenius norm. Matrix parameters only.
+    """
+
+    rank_tol: float = 1e-10
+    name = "spectral"
+    moves_itself = True
+
+    def init_state(self, flat, shape):
+        if len(shape) != 2:
+            raise ValueError(f"the spectral step needs a matrix parameter, got parameter shape {shape}")
+        return None
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        U, S, Vt = np.linalg.svd(g.reshape((len(g),) + tuple(shape)), full_matrices=False)
+        keep = S > self.rank_tol * S[:, :1]
+        polar = np.einsum("bik,bk,bkj->bij", U, keep.astype(float), Vt)
+        return flat - lrs[:, None] * polar.reshape(len(g), -1)
+
+
+@dataclass(frozen=True)
+class Adam(StepRule):
+    """Adam (Kingma & Ba) with bias correction: ``θ ← θ − η m̂/(√v̂ + ε)``.
+
+    ``m ← β₁m + (1−β₁)∇L``, ``v ← β₂v + (1−β₂)∇L²``. The moments are stored relative to the current
+    gradient scale ``exp(log_scale)`` (rescaled each step), so they neither underflow nor overflow
+    when ``∇L`` does; ``eps`` is compared in the same units. ``eps = 0`` (the default) is the
+    regime of the ℓ∞ implicit-bias results for Adam; a positive ``eps`` makes Adam GD-like once
+    ``|∇L| ≪ eps``.
+    """
+
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 0.0
+    name = "adam"
+    moves_itself = True
+
+    def init_state(self, flat, shape):
+        B = len(flat)
+        return {"m": np.zeros_like(flat), "v": np.zeros_like(flat), "scale": np.zeros(B), "t": 0}
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        state["t"] += 1
+        t = state["t"]
+        first = t == 1
+        # Moments in units of exp(log_scale): rescale the old ones to the new unit.
+        shift = np.zeros_like(log_scale) if first else np.exp(np.clip(state["scale"] - log_scale, -700, 700))
+        state["m"] = self.beta1 * shift[:, None] * state["m"] + (1 - self.beta1) * g
+        state["v"] = self.beta2 * (shift**2)[:, None] * state["v"] + (1 - self.beta2) * g * g
+        state["scale"] = np.where(np.isfinite(log_scale), log_scale, state["scale"])
+        m_hat = state["m"] / (1 - self.beta1**t)
+        v_hat = state["v"] / (1 - self.beta2**t)
+        eps = self.eps * np.exp(-np.clip(log_scale, -700, 700))[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step = np.where(m_hat != 0, m_hat / (np.sqrt(v_hat) + eps), 0.0)
+        return flat - lrs[:, None] * step
+
+
+@dataclass(frozen=True)
+class RuleBlocks(StepRule):
+    """Several rules in one batch: trajectories ``[offset_k, offset_k + sizes[k])`` step by ``rules[k]``.
+
+    One :func:`train` call then runs every optimizer together (the per-step cost of the gradient
+    is shared). Each block is a rule that :attr:`~StepRule.moves_itself`, or GD/NGD (moved by their
+    :meth:`~StepRule.lengths` along ``−∇L/‖∇L‖``); the Polyak step is not supported.
+
+    >>> import numpy as np, attnlib as al
+    >>> rule = RuleBlocks((step_rule("ngd"), SignDescent()), (2, 2))
+    >>> traj = al.train(al.datasets.single_input(), np.zeros((4, 3)), 10, method=rule, lr=0.1)
+    >>> bool(np.allclose(traj.theta[-1, 2:, :2], [[-1.0, 1.0], [-1.0, 1.0]]))
+    True
+    """
+
+    rules: tuple
+    sizes: tuple
+    name = "blocks"
+    moves_itself = True
+
+    def __post_init__(self):
+        if len(self.rules) != len(self.sizes) or not all(isinstance(r, StepRule) for r in self.rules):
+            raise ValueError("rules must be StepRules, one per entry of sizes")
+        if any(r.needs_loss for r in self.rules):
+            raise ValueError("RuleBlocks does not support rules that need the loss (the Polyak step)")
+
+    def _slices(self, B: int):
+        ends = np.cumsum(self.sizes)
+        if ends[-1] != B:
+            raise ValueError(f"the blocks hold {int(ends[-1])} trajectories, the batch {B}")
+        return [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)]
+
+    def init_state(self, flat, shape):
+        return [
+            r.init_state(flat[sl], shape) if r.moves_itself else None
+            for r, sl in zip(self.rules, self._slices(len(flat)))
+        ]
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        moved = np.empty_like(flat)
+        for rule, sl, sub in zip(self.rules, self._slices(len(flat)), state):
+            if rule.moves_itself:
+                moved[sl] = rule.update(flat[sl], log_scale[sl], g[sl], lrs[sl], sub, shape)
+            else:
+                g_norm = np.sqrt((g[sl] * g[sl]).sum(axis=-1))
+                length = rule.lengths(lrs[sl], log_scale[sl] + np.log(g_norm))
+                moved[sl] = flat[sl] - (length / np.where(g_norm > 0, g_norm, 1.0))[:, None] * g[sl]
+        return moved
+
+
+#: The optimizer-geometry rules by name, each with its default parameters (``step_rule`` maps them).
+GEOMETRY_METHODS = {
+    "mirror": MirrorDescent,
+    "sign": SignDescent,
+    "l1": CoordinateDescent,
+    "spectral": SpectralDescent,
+    "adam": Adam,
+}

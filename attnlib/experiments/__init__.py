@@ -1,0 +1,1 @@
+"""Per-chapter experiments modules, named like their notebooks (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""Per-chapter figures modules, named like their notebooks (see DESIGN.md)."""
