@@ -264,7 +264,7 @@ def margin_gap_ratio(steps, ratio, norm_of_theta) -> np.ndarray:
     >>> norms = np.repeat(1.0 + steps[:, None], 2, axis=1)
     >>> ratio = np.column_stack([1 - 1 / (1 + steps), 0.9 + 0 * steps])
     >>> np.round(margin_gap_ratio(steps, ratio, norms), 2).tolist()
-    [0.38, 2.63]
+    [0.37, 2.69]
     """
     first, last = _windows(steps)
     gap = 1.0 - np.asarray(ratio, float)
@@ -462,7 +462,7 @@ def mirror_basin_maps(prob: TokenSelectionProblem, grid, steps: int, lr: float, 
     Every start of ``grid`` (G², *shape) is trained by both rules (:class:`attnlib.optim.RuleBlocks`);
     a trajectory belongs to a locally-optimal selection when its motion over the second half heads
     for that selection's SVM of the optimizer's own norm (ℓ2 for NGD, ℓp for mirror descent) within
-    ``tol`` (:func:`attnlib.classify_motion`). Returns ``{"ngd": BasinMap, "md p=…": BasinMap}``.
+    ``tol`` (:func:`attnlib.classify_motion`). Returns ``{"ngd": BasinMap, "md ℓp": BasinMap}``.
     """
     grid = np.asarray(grid, float)
     G = len(grid)
@@ -470,7 +470,7 @@ def mirror_basin_maps(prob: TokenSelectionProblem, grid, steps: int, lr: float, 
     half = max(steps // 2, 1)
     traj = train(prob, np.concatenate([grid, grid]), steps, blocks, lr, record_steps=[0, half, steps], progress=False)
     out = {}
-    for k, (key, norm) in enumerate((("ngd", "l2"), (f"md p={p:g}", float(p)))):
+    for k, (key, norm) in enumerate((("ngd", "l2"), (f"md ℓ{p:g}", float(p)))):
         reports = [r for r in norm_selection_reports(prob, norm) if r.locally_optimal]
         part = slice(k * G, (k + 1) * G)
         a, b = traj.theta[1, part], traj.theta[2, part]
