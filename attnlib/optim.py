@@ -759,7 +759,7 @@ class MirrorDescent(StepRule):
     late, as it does for GD).
 
     >>> import numpy as np, attnlib as al
-    >>> traj = al.train(al.datasets.single_input(), np.zeros(3), 50, method=al.optim.MirrorDescent(p=3.0), lr=0.5)
+    >>> traj = train(al.datasets.single_input(), np.zeros(3), 50, method=MirrorDescent(p=3.0), lr=0.5)
     >>> traj.method, traj.theta.shape
     ('mirror', (51, 1, 3))
     """
@@ -883,8 +883,8 @@ class RuleBlocks(StepRule):
     :meth:`~StepRule.lengths` along ``−∇L/‖∇L‖``); the Polyak step is not supported.
 
     >>> import numpy as np, attnlib as al
-    >>> rule = al.optim.RuleBlocks((al.step_rule("ngd"), al.optim.SignDescent()), (2, 2))
-    >>> traj = al.train(al.datasets.single_input(), np.zeros((4, 3)), 10, method=rule, lr=0.1)
+    >>> rule = RuleBlocks((step_rule("ngd"), SignDescent()), (2, 2))
+    >>> traj = train(al.datasets.single_input(), np.zeros((4, 3)), 10, method=rule, lr=0.1)
     >>> bool(np.allclose(traj.theta[-1, 2:, :2], [[-1.0, 1.0], [-1.0, 1.0]]))
     True
     """
