@@ -125,6 +125,7 @@ class Check:
     separation: float | None = None
     resolution: float | None = None
     controls_pending: str = ""
+    seed_independent: str = ""
 
 
 def _plain(value):
@@ -247,51 +248,35 @@ class Checks:
     controls_pending: str = ""
 
     # -- predicates: the criterion text is generated from the test -------------------------------
-    def at_least(
-        self, name: str, value, bound, *, why: str, controls=None, resolution=None, not_applicable=None
-    ) -> Check:
+    # Options of every predicate: controls= (required for an applicable check), resolution= (degrees,
+    # direction checks), not_applicable= (a reason decided before the value is seen), and
+    # seed_independent= (why the value cannot change with the seed, listed by the robustness page).
+    def at_least(self, name: str, value, bound, *, why: str, controls=None, **options) -> Check:
         """``value >= bound``; each control must give ``value < bound``. A NaN value fails."""
         b = _number(name, "bound", bound)
-        return self._one_sided(name, value, ">=", b, why, controls, resolution, not_applicable, lambda v: v >= b)
+        return self._one_sided(name, value, ">=", b, why, controls, lambda v: v >= b, **options)
 
-    def at_most(
-        self, name: str, value, bound, *, why: str, controls=None, resolution=None, not_applicable=None
-    ) -> Check:
+    def at_most(self, name: str, value, bound, *, why: str, controls=None, **options) -> Check:
         """``value <= bound``; each control must give ``value > bound``. A NaN value fails."""
         b = _number(name, "bound", bound)
-        return self._one_sided(name, value, "<=", b, why, controls, resolution, not_applicable, lambda v: v <= b)
+        return self._one_sided(name, value, "<=", b, why, controls, lambda v: v <= b, **options)
 
-    def within(
-        self, name: str, value, low, high, *, why: str, controls=None, resolution=None, not_applicable=None
-    ) -> Check:
+    def within(self, name: str, value, low, high, *, why: str, controls=None, **options) -> Check:
         """``low <= value <= high``; each control must land outside. A NaN value fails."""
         lo, hi = _number(name, "low", low), _number(name, "high", high)
         if lo > hi:
             raise ValueError(f"check {name!r}: low ({lo}) must not exceed high ({hi})")
-        return self._interval(
-            name, value, lo, hi, f"in [{_show(low)}, {_show(high)}]", why, controls, resolution, not_applicable
-        )
+        return self._interval(name, value, lo, hi, f"in [{_show(low)}, {_show(high)}]", why, controls, **options)
 
-    def close_to(
-        self, name: str, value, target, *, atol: float, why: str, controls=None, resolution=None, not_applicable=None
-    ) -> Check:
+    def close_to(self, name: str, value, target, *, atol: float, why: str, controls=None, **options) -> Check:
         """``|value - target| <= atol``; each control must land farther."""
         t, a = _number(name, "target", target), _number(name, "atol", atol)
         if a < 0:
             raise ValueError(f"check {name!r}: atol must be >= 0, got {a}")
-        return self._interval(
-            name,
-            value,
-            t - a,
-            t + a,
-            f"within {_show(atol)} of {_show(target)}",
-            why,
-            controls,
-            resolution,
-            not_applicable,
-        )
+        criterion = f"within {_show(atol)} of {_show(target)}"
+        return self._interval(name, value, t - a, t + a, criterion, why, controls, **options)
 
-    def equals(self, name: str, value, expected, *, why: str, controls=None, not_applicable=None) -> Check:
+    def equals(self, name: str, value, expected, *, why: str, controls=None, **options) -> Check:
         """Exact equality, for counts, labels and tuples (never for floats: use :meth:`close_to`)."""
         if isinstance(value, (float, np.floating)) or isinstance(expected, (float, np.floating)):
             raise TypeError(f"check {name!r}: equals() compares counts and labels; use close_to() for floats")
@@ -300,22 +285,12 @@ class Checks:
             return (tuple(x) if isinstance(x, (tuple, list)) else x) == want
 
         want = tuple(expected) if isinstance(expected, (tuple, list)) else expected
-        planted = _as_controls(name, controls)
         records = [
-            dict(planted=c.planted, value=_plain(c.value), status=PASSED if same(c.value) else FAILED) for c in planted
+            dict(planted=c.planted, value=_plain(c.value), status=PASSED if same(c.value) else FAILED)
+            for c in _as_controls(name, controls)
         ]
-        return self._record(
-            name,
-            value,
-            f"== {want}",
-            bool(same(value)),
-            why,
-            not_applicable,
-            records,
-            dict(sense="==", bound=_plain(want)),
-            margins=None,
-            resolution=None,
-        )
+        fields = dict(sense="==", bound=_plain(want))
+        return self._record(name, value, f"== {want}", bool(same(value)), why, records, fields, **options)
 
     def certificate(self, name: str, value, bound, *, sense: str = "<=", why: str) -> Check:
         """An inequality the page *proves* (e.g. a bound that holds for any point below the SVM ray),
@@ -326,63 +301,46 @@ class Checks:
         v, b = _number(name, "value", value), _number(name, "bound", bound)
         ok = v <= b if sense == "<=" else v >= b
         log, scale = _scale(sense, b, [v])
-        m = margin(sense, v, bound=b, log=log)
-        return self._record(
-            name,
-            value,
-            f"{sense} {_show(bound)}",
-            ok,
-            why,
-            None,
-            [],
-            dict(sense=sense, bound=b, margin=m, scale=scale),
-            margins=None,
-            resolution=None,
-            kind=CERTIFICATE,
-        )
+        fields = dict(sense=sense, bound=b, margin=margin(sense, v, bound=b, log=log), scale=scale)
+        return self._record(name, value, f"{sense} {_show(bound)}", ok, why, [], fields, kind=CERTIFICATE)
 
     # -- bookkeeping -----------------------------------------------------------------------------
-    def _one_sided(self, name, value, sense, b, why, controls, resolution, not_applicable, accept) -> Check:
+    def _one_sided(self, name, value, sense, b, why, controls, accept, **options) -> Check:
         v = _number(name, "value", value)
         planted = _as_controls(name, controls)
         cvals = [_number(name, f"control {c.planted!r}", c.value) for c in planted]
         log, scale = _scale(sense, b, [v, *cvals])
         fields = dict(sense=sense, bound=b, scale=scale, margin=margin(sense, v, bound=b, log=log))
         records = [
-            dict(
-                planted=c.planted,
-                value=float(x),
-                status=PASSED if accept(x) else FAILED,
-                margin=margin(sense, x, bound=b, log=log),
-            )
-            for c, x in zip(planted, cvals, strict=True)
+            _control(c, x, accept(x), margin(sense, x, bound=b, log=log)) for c, x in zip(planted, cvals, strict=True)
         ]
-        return self._record(
-            name, value, f"{sense} {_show(b)}", accept(v), why, not_applicable, records, fields, True, resolution
-        )
+        return self._record(name, value, f"{sense} {_show(b)}", accept(v), why, records, fields, **options)
 
-    def _interval(self, name, value, lo, hi, criterion, why, controls, resolution, not_applicable) -> Check:
+    def _interval(self, name, value, lo, hi, criterion, why, controls, **options) -> Check:
         v = _number(name, "value", value)
         planted = _as_controls(name, controls)
         cvals = [_number(name, f"control {c.planted!r}", c.value) for c in planted]
-        fields = dict(
-            sense="in", low=lo, high=hi, scale="half-widths of the interval", margin=margin("in", v, low=lo, high=hi)
-        )
+        scale = "half-widths of the interval"
+        fields = dict(sense="in", low=lo, high=hi, scale=scale, margin=margin("in", v, low=lo, high=hi))
         records = [
-            dict(
-                planted=c.planted,
-                value=float(x),
-                status=PASSED if lo <= x <= hi else FAILED,
-                margin=margin("in", x, low=lo, high=hi),
-            )
-            for c, x in zip(planted, cvals, strict=True)
+            _control(c, x, lo <= x <= hi, margin("in", x, low=lo, high=hi)) for c, x in zip(planted, cvals, strict=True)
         ]
-        return self._record(
-            name, value, criterion, lo <= v <= hi, why, not_applicable, records, fields, True, resolution
-        )
+        return self._record(name, value, criterion, lo <= v <= hi, why, records, fields, **options)
 
     def _record(
-        self, name, value, criterion, ok, why, not_applicable, controls, fields, margins, resolution, kind=CHECK
+        self,
+        name,
+        value,
+        criterion,
+        ok,
+        why,
+        controls,
+        fields,
+        *,
+        not_applicable=None,
+        resolution=None,
+        seed_independent=None,
+        kind=CHECK,
     ):
         if not name.isidentifier():
             raise ValueError(f"check name must be an identifier (it is a glue key), got {name!r}")
@@ -390,8 +348,9 @@ class Checks:
             raise ValueError(f"check {name!r} was already recorded")
         if not isinstance(why, str) or not why.strip():
             raise ValueError(f"check {name!r}: why= must say what the theorem predicts (a non-empty string)")
-        if not_applicable is not None and (not isinstance(not_applicable, str) or not not_applicable.strip()):
-            raise ValueError(f"check {name!r}: not_applicable= must be None or a non-empty reason")
+        for label, text in (("not_applicable", not_applicable), ("seed_independent", seed_independent)):
+            if text is not None and (not isinstance(text, str) or not text.strip()):
+                raise ValueError(f"check {name!r}: {label}= must be None or a non-empty reason")
         if kind == CHECK and not controls and not not_applicable and not self.controls_pending:
             raise ValueError(
                 f"check {name!r} has no control: pass controls={{what was planted: value}} (the same statistic on "
@@ -402,17 +361,16 @@ class Checks:
         value = _plain(value)
         if isinstance(value, float) and math.isnan(value):
             ok = False
-        value_status = PASSED if ok else FAILED
         beyond = [-c["margin"] for c in controls if c.get("margin") is not None]
-        separation = min(beyond) if margins and beyond else None
         common = dict(
             description=why,
             kind=kind,
-            value_status=value_status,
+            value_status=PASSED if ok else FAILED,
             controls=controls,
-            separation=separation,
+            separation=min(beyond) if beyond else None,
             resolution=resolution,
             controls_pending=self.controls_pending if kind == CHECK and not controls else "",
+            seed_independent=seed_independent or "",
             **fields,
         )
         if not_applicable:
