@@ -54,6 +54,7 @@ __all__ = [
     "max_margin_norm",
     "max_margin_norms",
     "norm_certificate",
+    "face_min_l2",
 ]
 
 #: Relative tolerance for "constraint active": CLARABEL is run to ~1e-10, so slacks of active
@@ -627,3 +628,40 @@ def norm_certificate(prob: TokenSelectionProblem, sol: MaxMarginSolution, norm) 
         "min_slack": float((G @ sol.theta.ravel() - h).min()),
         "min_dual": float(sol.duals[rows].min()),
     }
+
+
+def face_min_l2(prob: TokenSelectionProblem, sol: MaxMarginSolution, norm, slack: float = 1e-6) -> float:
+    """The smallest Euclidean norm on the optimal set of the ``norm`` SVM ``sol`` (its "face"):
+
+    .. math::
+
+        \\min ‖θ‖_2 \\ \\text{s.t.} \\ ⟨θ, A_{iα_i} − A_{it}⟩ ≥ 1, \\ ‖θ‖_N ≤ (1 + \\text{slack})\\,‖θ_{mm,N}‖_N .
+
+    For ℓp (p in (1, ∞)) the set is one point; for ℓ1, ℓ∞ and spectral it can be a face, and a
+    trajectory may converge to any point of it. Every point θ of the face has
+    ``ρ_2(θ) ≤ ‖θ_mm,2‖ / face_min_l2``. cvxpy with CLARABEL; when it fails, the solver's own
+    point's norm (an upper bound).
+    """
+    import cvxpy as cp
+
+    norm = check_norm(norm)
+    point = float(np.linalg.norm(sol.theta))
+    if not isinstance(norm, str) or norm == "l2":
+        return point  # strictly convex: the optimal set is the one point
+    G, h, _ = _constraint_rows(prob, sol.select)
+    x = cp.Variable(prob.shape) if len(prob.shape) == 2 else cp.Variable(prob.size)
+    flat = cp.vec(x, order="C") if len(prob.shape) == 2 else x
+    limit = (1.0 + slack) * float(norm_value(sol.theta, norm, prob.shape))
+    problem = cp.Problem(cp.Minimize(cp.norm2(flat)), [G @ flat >= h, _norm_atom(x, norm) <= limit])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Solution may be inaccurate")
+        try:  # CLARABEL's default accuracy: the norm constraint is nearly tight by construction
+            problem.solve(solver=cp.CLARABEL)
+        except cp.error.SolverError:
+            return point
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        return point
+    # Never above the solver's own point (which lies on the face). A failed or inexact solve gives
+    # at most that point's norm: the minimum may look larger than it is, never smaller, which can
+    # only make a check's control (run's ℓ2 deficit over the face's smallest) come out lower.
+    return min(float(problem.value), point)

@@ -118,28 +118,28 @@ def test_margin_ratio_is_one_on_the_svm_and_below_elsewhere():
         assert og.margin_ratio(prob, other.theta, sol, norm) < 1 - 1e-3
 
 
-def test_offset_bound_ratio_separates_a_bounded_offset_from_a_wrong_direction():
-    steps = optim.log_steps(1000, 12)
-    t = steps.astype(float)
-    theta = np.stack([0.1 * t + 0.0, 0.0 * t + 0.5], axis=-1)[:, None, :]  # bounded offset 0.5 along x
-    right = og.offset_bound_ratio(steps, theta, np.array([[1.0, 0.0]]))
-    wrong = og.offset_bound_ratio(steps, theta, np.array([[np.cos(0.1), np.sin(0.1)]]))
-    assert right[0] <= 1.0 and wrong[0] > 3.0
-
-
 def test_chapter_checks_pass_and_controls_fail_on_a_small_run():
     groups = og.instances(seed=0, w_count=2)
     runs = []
     for inst in (groups["single"], groups["random"]):
         rules = og.optimizer_rules([1.5], matrix=inst.matrix)
         rules = {k: v for k, v in rules.items() if k in ("NGD", "MD p=1.5", "sign", "spectral")}
-        runs.append(og.run_optimizers(inst, rules, 800, [1.5, "l2", "linf", "spectral"]))
-    mirror = og.mirror_check(runs, 1.5)
-    assert mirror.admitted > 0 and mirror.value <= 1.0 < mirror.control
-    sign = og.steepest_check(runs, "sign", "linf")
-    assert sign.value <= 1.0 < sign.control
+        runs.append(og.run_optimizers(inst, rules, 1500, [1.5, "l2", "linf", "spectral"]))
+    mirror = og.margin_check(runs, "MD p=1.5", 1.5)
+    assert mirror.admitted > 0 and mirror.value <= og.MIDPOINT < mirror.control
+    sign = og.margin_check(runs, "sign", "linf")
+    assert sign.value <= og.MIDPOINT < sign.control
     # the wrong optimizer fails the same check: NGD measured as if it were sign descent
-    assert og.steepest_check(runs, "NGD", "linf").value > 1.0
+    assert og.margin_check(runs, "NGD", "linf").value > og.MIDPOINT
     checks = al.Checks(display=False)
-    main, control = og.record_with_control(checks, "m", mirror, why="x", planted="y")
-    assert main.status == control.status == "passed"
+    check = og.record_with_control(checks, "m", mirror, why="x", planted="y")
+    assert check.status == "passed" and check.controls[0]["status"] == "failed"
+
+
+def test_face_minimum_is_below_the_solvers_point_and_exact_for_lp():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=2, family="global")
+    for norm in ("linf", "l1", "spectral"):
+        sol = al.svm.max_margin_norm(prob, norm)
+        assert al.svm.face_min_l2(prob, sol, norm) <= np.linalg.norm(sol.theta) + 1e-12
+    sol = al.svm.max_margin_norm(prob, 1.5)
+    assert al.svm.face_min_l2(prob, sol, 1.5) == np.linalg.norm(sol.theta)

@@ -5,20 +5,16 @@ Adam, the spectral step) is run through :func:`attnlib.train` on the same instan
 final iterate is measured against the ATT-SVM / W-SVM of every norm
 (:func:`attnlib.svm.max_margin_norms`).
 
-Two statistics, both with a stated prediction and a control:
-
-- :func:`offset_bound_ratio` (directions, for the strictly convex ℓp norms whose SVM is unique):
-  the angle to the reference at the horizon over the angle that a bounded offset allows;
-  ≤ 1 for the limit direction, about ``‖θ(T)‖/(√2 ‖θ(T/8)‖)`` for a fixed wrong direction.
-- :func:`margin_gap_exponent` (margins, for every norm, also when the SVM is not unique): how
-  the normalised-margin deficit ``1 − ρ_N(θ)`` falls with ``‖θ‖``; about −1 when θ/‖θ‖ tends to
-  the SVM set with a bounded offset, about 0 when it tends to another direction.
+One statistic for every check (:func:`margin_check`): the normalised margin ``ρ_N`` of the
+optimizer's own norm at the horizon (1 exactly on that norm's max-margin set, also when the set is
+not one point), in units of how far the planted wrong limit, the ℓ2 SVM, falls short of it; the
+control measures the same run against the ℓ2 margin. Both are judged against :data:`MIDPOINT`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,7 +30,6 @@ from ..optim import (
     SignDescent,
     SpectralDescent,
     log_steps,
-    mirror_map,
     step_rule,
     train,
 )
@@ -45,14 +40,14 @@ from ..svm import (
     _constraint_rows,
     _locally_optimal,
     check_norm,
+    face_min_l2,
     max_margin_norms,
     norm_value,
 )
 
 __all__ = [
-    "GAP_FLOOR",
-    "MIRROR_ADMIT_DEGREES",
-    "STEEPEST_ADMIT_GAP",
+    "ADMIT_GAP",
+    "MIDPOINT",
     "Instance",
     "Runs",
     "instances",
@@ -61,30 +56,26 @@ __all__ = [
     "run_optimizers",
     "solve_svms",
     "margin_ratio",
-    "margin_gap_ratio",
-    "offset_bound_ratio",
     "angle_degrees",
     "correlation_table",
     "norm_selection_reports",
     "member_margin_ratios",
     "member_directions",
     "CheckValue",
-    "mirror_check",
-    "steepest_check",
+    "limit_deficits",
+    "margin_check",
     "record_with_control",
     "table_markdown",
     "mirror_basin_maps",
 ]
 
-#: Margin deficits below this are taken as this (the SVMs' margins are accurate to ~1e-9
-#: relative, :data:`attnlib.svm.CERTIFY_TOL` 1e-7 at worst): a deficit there is "converged".
-GAP_FLOOR = 1e-7
-#: A mirror check uses an (instance, p) only if the ℓp and ℓ2 SVMs are at least this many degrees
-#: apart (fixed before any run: well above the ≈0.5° that the offset bound allows at the horizon).
-MIRROR_ADMIT_DEGREES = 3.0
-#: A steepest-descent check uses an instance only if the ℓ2 SVM falls short of the norm's
-#: max margin by at least this fraction (else NGD, the control, would meet the prediction too).
-STEEPEST_ADMIT_GAP = 0.01
+#: A check uses a problem only if each candidate limit (the norm's SVM set, the ℓ2 SVM) falls short
+#: of the other's margin by at least this fraction (fixed before any run: below it the two limits
+#: are too close for a finite horizon to tell apart; the page lists the angles between them).
+ADMIT_GAP = 0.01
+#: The bound of every check: half-way between the predicted limit (statistic 0) and the planted
+#: wrong one (statistic 1), so that a run is attributed to the nearer of the two.
+MIDPOINT = 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,13 +126,15 @@ def instances(seed: int = 0, w_count: int = 4, w_n: int = 4, w_T: int = 5, w_d: 
     }
 
 
-def optimizer_rules(p_values, lr: float = 0.1, adam_lr: float = 0.01, plain_lr: float = 1.0, matrix: bool = True):
-    """``{label: (rule, step size)}``: NGD, normalised and plain mirror descent for each p, sign
-    descent, ℓ1 steepest descent, Adam and (matrices) the spectral step."""
+def optimizer_rules(
+    p_values, lr: float = 0.1, adam_lr: float = 0.01, plain_lr: float = 1.0, matrix: bool = True, plain: bool = True
+):
+    """``{label: (rule, step size)}``: NGD, normalised and (``plain``) plain mirror descent for each p,
+    sign descent, ℓ1 steepest descent, Adam and (``matrix``) the spectral step."""
     rules = {"NGD": ("ngd", lr)}
     for p in p_values:
         rules[f"MD p={p:g}"] = (MirrorDescent(p=float(p), normalized=True), lr)
-    for p in p_values:
+    for p in p_values if plain else ():
         rules[f"plain MD p={p:g}"] = (MirrorDescent(p=float(p)), plain_lr)
     rules["sign"] = (SignDescent(), lr)
     rules["l1 steepest"] = (CoordinateDescent(), lr)
@@ -169,6 +162,8 @@ class Runs:
     svms: dict
     member_problem: np.ndarray
     seconds: float = 0.0
+    #: per-norm results computed from the SVMs alone (:func:`limit_deficits`), filled on first use
+    deficits: dict = field(default_factory=dict)
 
 
 def solve_svms(instance: Instance, norms) -> dict:
@@ -182,9 +177,10 @@ def solve_svms(instance: Instance, norms) -> dict:
     return out
 
 
-def run_optimizers(instance: Instance, rules: dict, steps: int, norms, per_decade: int = 12) -> Runs:
-    """Train every rule on every problem × start of ``instance`` (one :func:`train` call per rule)
-    for ``steps`` steps recorded on a log grid, and solve the SVMs of ``norms``."""
+def run_optimizers(instance: Instance, rules: dict, steps: int, norms, per_decade: int = 12, svms=None) -> Runs:
+    """Train every rule on every problem × start of ``instance`` (all in one :func:`train` call,
+    :class:`attnlib.optim.RuleBlocks`) for ``steps`` steps recorded on a log grid; ``svms`` the
+    instance's SVMs of ``norms`` (:func:`solve_svms`, solved here if None)."""
     S, B0, K = len(instance.problems), len(instance.starts), len(rules)
     # one batch: optimizer-major blocks, each problem × start inside (problem-major)
     stack = stack_problems([p for _ in range(K) for p in instance.problems for _ in range(B0)])
@@ -195,7 +191,8 @@ def run_optimizers(instance: Instance, rules: dict, steps: int, norms, per_decad
     traj = train(stack, theta0, steps, blocks, lrs, record_steps=log_steps(steps, per_decade), progress=False)
     seconds = time.perf_counter() - t0
     trajectories = {label: traj.select(slice(k * S * B0, (k + 1) * S * B0)) for k, label in enumerate(rules)}
-    return Runs(instance, trajectories, solve_svms(instance, norms), np.repeat(np.arange(S), B0), seconds)
+    svms = solve_svms(instance, norms) if svms is None else svms
+    return Runs(instance, trajectories, svms, np.repeat(np.arange(S), B0), seconds)
 
 
 def _flat(theta) -> np.ndarray:
@@ -236,44 +233,6 @@ def member_margin_ratios(runs: Runs, label: str, norm) -> np.ndarray:
     return out
 
 
-def _windows(steps, early=(1 / 16, 1 / 8), late=(1 / 2, 1)):
-    steps = np.asarray(steps, float)
-    T = steps[-1]
-    first = (steps >= early[0] * T) & (steps <= early[1] * T)
-    last = (steps >= late[0] * T) & (steps <= late[1] * T)
-    if first.sum() < 1 or last.sum() < 1:
-        raise ValueError("the records must hold steps in [T/16, T/8] and in [T/2, T] (use log_steps)")
-    return first, last
-
-
-def margin_gap_ratio(steps, ratio, norm_of_theta) -> np.ndarray:
-    """The margin deficit ``1 − ρ_N`` late in the run against a deficit falling like ``‖θ‖^{−1/2}``: (B,).
-
-    .. math::
-
-        r = \frac{\\max_{[T/2, T]} (1 − ρ_N)}{\\max(\\max_{[T/16, T/8]} (1 − ρ_N),\\ \text{floor})}
-            \\Big(\frac{‖θ(T/2)‖}{‖θ(T/16)‖}\\Big)^{1/2}
-
-    (window maxima, because sign-type steps oscillate; norms at the windows' first records; the
-    early deficit floored at :data:`GAP_FLOOR`, the SVMs' accuracy). If θ/‖θ‖ tends to the norm's
-    SVM set with a bounded offset, ``1 − ρ_N ∝ 1/‖θ‖`` and ``r ≈ (‖θ(T/2)‖/‖θ(T/16)‖)^{−1/2} < 1``;
-    tending to another direction, the deficit tends to a positive constant and ``r ≈`` the square
-    root of the growth, above 1. ``ratio``, ``norm_of_theta``: (R, B).
-
-    >>> steps = np.array([0, 1, 2, 4, 8, 16, 32, 64, 128])
-    >>> norms = np.repeat(1.0 + steps[:, None], 2, axis=1)
-    >>> ratio = np.column_stack([1 - 1 / (1 + steps), 0.9 + 0 * steps])
-    >>> np.round(margin_gap_ratio(steps, ratio, norms), 2).tolist()
-    [0.37, 2.69]
-    """
-    first, last = _windows(steps)
-    gap = 1.0 - np.asarray(ratio, float)
-    norm_of_theta = np.asarray(norm_of_theta, float)
-    i0, i1 = np.flatnonzero(first)[0], np.flatnonzero(last)[0]
-    growth = norm_of_theta[i1] / norm_of_theta[i0]
-    return gap[last].max(axis=0) / np.maximum(gap[first].max(axis=0), GAP_FLOOR) * np.sqrt(growth)
-
-
 def angle_degrees(theta, direction) -> np.ndarray:
     """Angle in degrees between each ``theta`` (B, *shape) and ``direction`` ((*shape) or (B, *shape)): (B,).
 
@@ -290,31 +249,6 @@ def angle_degrees(theta, direction) -> np.ndarray:
     )
     cos = np.sum(t * d, -1) / (np.linalg.norm(t, axis=-1) * np.linalg.norm(d, axis=-1))
     return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
-
-
-def offset_bound_ratio(steps, theta, directions) -> np.ndarray:
-    """Angle to ``directions`` at the horizon over the angle a bounded offset allows: (B,).
-
-    With ``q(t)`` the offset of θ(t) from the line of the direction and ``M`` its largest value
-    on the records in ``[T/16, T/8]``: ``angle(θ(T)) / arcsin(min(1, √2 M / ‖θ(T)‖))``. Directional
-    convergence with a bounded offset (an offset that grows at most by √2 after T/8) gives ≤ 1;
-    a fixed other direction, at angle Δ, gives about ``Δ/arcsin(√2 sinΔ ‖θ(T/8)‖/‖θ(T)‖)``, above 1
-    once ‖θ‖ grows by more than √2 after T/8.
-    ``theta`` (R, B, *shape), ``directions`` (B, *shape).
-    """
-    steps = np.asarray(steps)
-    flat = _flat(theta)
-    unit = _flat(np.asarray(directions, float)[None])[0]
-    unit = unit / np.linalg.norm(unit, axis=-1, keepdims=True)
-    along = np.sum(flat * unit[None], axis=-1)
-    offset = np.linalg.norm(flat - along[..., None] * unit[None], axis=-1)
-    first, _ = _windows(steps)
-    M = offset[first].max(axis=0)
-    final_norm = np.linalg.norm(flat[-1], axis=-1)
-    allowed = np.degrees(np.arcsin(np.minimum(1.0, np.sqrt(2.0) * M / final_norm)))
-    final_angle = np.degrees(np.arctan2(offset[-1], along[-1]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return final_angle / allowed
 
 
 def member_directions(runs: Runs, norm) -> np.ndarray:
@@ -360,9 +294,9 @@ def norm_selection_reports(prob: TokenSelectionProblem, norm) -> list[SelectionR
 class CheckValue:
     """A check's statistic over the admitted members of every instance, and its control.
 
-    ``value``: the largest statistic (the prediction: ≤ 1); ``control``: the smallest value of the
-    same statistic against the ℓ2 SVM (the planted wrong answer: > 1 expected); ``admitted`` and
-    ``members``: how many trajectories the admission rule kept, of how many.
+    ``value``: the largest statistic (the prediction: ≤ :data:`MIDPOINT`); ``control``: the
+    smallest value of the control statistic (the planted wrong answer: > :data:`MIDPOINT`
+    expected); ``admitted`` and ``members``: how many trajectories the admission rule kept, of how many.
     """
 
     value: float
@@ -375,73 +309,65 @@ def _problem_of_members(runs: Runs, per_problem) -> np.ndarray:
     return np.asarray(per_problem)[runs.member_problem]
 
 
-def mirror_check(runs_list, p: float) -> CheckValue:
-    """The mirror-descent check for exponent ``p``: :func:`offset_bound_ratio` of the dual iterates
-    ``z(t) = ∇ψ(θ(t))`` of normalised mirror descent against ``∇ψ(θ_mm,p)``; control: against
-    ``∇ψ(θ_mm,2)``. Members whose problem's ℓp and ℓ2 SVMs are less than
-    :data:`MIRROR_ADMIT_DEGREES` apart are left out (decided from the SVMs, before the runs)."""
-    values, controls, admitted, members = [], [], 0, 0
-    label = f"MD p={p:g}"
-    for runs in runs_list:
-        traj = runs.trajectories[label]
-        sols_p, sols_2 = runs.svms[check_norm(p)], runs.svms["l2"]
-        apart = np.array([angle_degrees(a.theta[None], b.theta)[0] for a, b in zip(sols_p, sols_2)])
-        keep = _problem_of_members(runs, apart >= MIRROR_ADMIT_DEGREES)
-        members += keep.size
-        if not keep.any():
-            continue
-        admitted += int(keep.sum())
-        z = mirror_map(traj.theta[:, keep], p)
-        ref_p = mirror_map(member_directions(runs, p)[keep], p)
-        ref_2 = mirror_map(member_directions(runs, "l2")[keep], p)
-        values.append(offset_bound_ratio(traj.steps, z, ref_p).max())
-        controls.append(offset_bound_ratio(traj.steps, z, ref_2).min())
-    if not values:
-        return CheckValue(np.nan, np.nan, 0, members)
-    return CheckValue(float(max(values)), float(min(controls)), admitted, members)
+def limit_deficits(prob: TokenSelectionProblem, sol_norm: MaxMarginSolution, sol_l2: MaxMarginSolution, norm):
+    """``(δ_N, δ_2)``: how far each candidate limit falls short of the other's margin.
+
+    ``δ_N = 1 − ρ_N(θ_mm,2)``: the ℓ2 SVM's deficit in the ``norm`` margin; ``δ_2 = 1 −
+    ‖θ_mm,2‖/min_face ‖θ‖_2``: the smallest ℓ2 deficit of any point of the ``norm`` SVM's optimal
+    set (:func:`attnlib.svm.face_min_l2`; for ℓp the SVM itself).
+    """
+    delta_norm = 1.0 - float(margin_ratio(prob, sol_l2.theta, sol_norm, norm))
+    delta_l2 = 1.0 - float(np.linalg.norm(sol_l2.theta)) / face_min_l2(prob, sol_norm, norm)
+    return delta_norm, delta_l2
 
 
-def steepest_check(runs_list, label: str, norm) -> CheckValue:
-    """A steepest-descent (or Adam) check: :func:`margin_gap_ratio` of run ``label`` in ``norm``;
-    control: the same run's ratio in the ℓ2 norm (the ℓ2 SVM as the limit). Members whose problem's
-    ``norm``-SVM falls short of the ℓ2 max margin by less than :data:`STEEPEST_ADMIT_GAP` are left
-    out (decided from the SVMs, before the runs)."""
+def margin_check(runs_list, label: str, norm) -> CheckValue:
+    """Does run ``label`` end at the ``norm`` margin (not at the ℓ2 one)?
+
+    Statistic, per trajectory: ``(1 − ρ_N(θ(T)))/δ_N``, its ``norm``-margin deficit at the horizon in
+    units of the deficit of the wrong limit (the ℓ2 SVM): 0 at the predicted limit, 1 at the ℓ2 SVM.
+    Control, the same run against the planted wrong answer "it converges to the ℓ2 SVM":
+    ``(1 − ρ_2(θ(T)))/δ_2``, its ℓ2 deficit in units of the smallest ℓ2 deficit on the ``norm``
+    SVM's optimal set: 0 at the ℓ2 SVM, at least 1 anywhere on the predicted set. Both are judged
+    against :data:`MIDPOINT`. Trajectories whose problem has ``δ_N`` or ``δ_2`` below
+    :data:`ADMIT_GAP` are left out (decided from the SVMs, before the runs).
+    """
     norm = check_norm(norm)
     values, controls, admitted, members = [], [], 0, 0
     for runs in runs_list:
         if label not in runs.trajectories or norm not in runs.svms:
             continue
-        traj = runs.trajectories[label]
-        deficit = [
-            1.0 - float(margin_ratio(prob, sol.theta, sol2, "l2"))
-            for prob, sol, sol2 in zip(runs.instance.problems, runs.svms[norm], runs.svms["l2"])
-        ]
-        keep = _problem_of_members(runs, np.asarray(deficit) >= STEEPEST_ADMIT_GAP)
+        if norm not in runs.deficits:  # one face solve per problem and norm, shared by the checks
+            runs.deficits[norm] = np.array(
+                [
+                    limit_deficits(prob, sol, sol2, norm)
+                    for prob, sol, sol2 in zip(runs.instance.problems, runs.svms[norm], runs.svms["l2"])
+                ]
+            )
+        deltas = runs.deficits[norm]
+        keep = _problem_of_members(runs, deltas.min(axis=1) >= ADMIT_GAP)
         members += keep.size
         if not keep.any():
             continue
         admitted += int(keep.sum())
-        values.append(margin_gap_ratio(traj.steps, member_margin_ratios(runs, label, norm), traj.norm)[keep].max())
-        controls.append(margin_gap_ratio(traj.steps, member_margin_ratios(runs, label, "l2"), traj.norm)[keep].min())
+        d_norm, d_l2 = _problem_of_members(runs, deltas[:, 0])[keep], _problem_of_members(runs, deltas[:, 1])[keep]
+        rho_norm = member_margin_ratios(runs, label, norm)[-1, keep]
+        rho_l2 = member_margin_ratios(runs, label, "l2")[-1, keep]
+        values.append(((1.0 - rho_norm) / d_norm).max())
+        controls.append(((1.0 - rho_l2) / d_l2).min())
     if not values:
         return CheckValue(np.nan, np.nan, 0, members)
     return CheckValue(float(max(values)), float(min(controls)), admitted, members)
 
 
 def record_with_control(checks, name: str, result: CheckValue, *, why: str, planted: str, not_applicable=None):
-    """Record ``name`` (``result.value ≤ 1``) and its control ``name_control``: the same statistic on
-    the planted wrong answer, which must land beyond the bound (recorded as passing when it does).
-    With no admitted member both are not applicable."""
+    """Record ``name``: ``result.value ≤`` :data:`MIDPOINT`, with the control ``{planted: result.control}`` (the same
+    statistic on the planted wrong answer, which must land beyond the bound). With no admitted
+    member the check is not applicable."""
     reason = not_applicable or (None if result.admitted else "no instance passes the admission rule")
-    main = checks.at_most(name, result.value, 1.0, why=why, not_applicable=reason)
-    control = checks.at_least(
-        f"{name}_control",
-        result.control,
-        1.0,
-        why=f"control for {name} (planted: {planted}): the same statistic must exceed the bound",
-        not_applicable=reason,
+    return checks.at_most(
+        name, result.value, MIDPOINT, why=why, controls={planted: result.control}, not_applicable=reason
     )
-    return main, control
 
 
 def table_markdown(labels, norms, table, diagonal: dict, digits: int = 4) -> str:
