@@ -8,6 +8,7 @@ import pytest
 import attnlib as al
 from attnlib import optim
 from attnlib.experiments import optimizer_geometry as og
+from attnlib.figures import optimizer_geometry as og_fig
 
 FIXTURE = Path(__file__).parent / "fixtures" / "optim_before_geometry.npz"
 
@@ -143,3 +144,14 @@ def test_face_minimum_is_below_the_solvers_point_and_exact_for_lp():
         assert al.svm.face_min_l2(prob, sol, norm) <= np.linalg.norm(sol.theta) + 1e-12
     sol = al.svm.max_margin_norm(prob, 1.5)
     assert al.svm.face_min_l2(prob, sol, 1.5) == np.linalg.norm(sol.theta)
+
+
+def test_path_explorer_draws_every_choice_with_its_norms_svm():
+    choices = {"NGD": ("ngd", "l2"), "mirror descent": (None, None), "sign descent": ("sign", "linf")}
+    explorer = og_fig.PathExplorer(al.datasets.single_input(), choices)
+    for choice in choices:
+        fig = explorer.draw(choice, p=1.5, steps=20)
+        assert fig is explorer.fig and explorer.ax.get_title().startswith(choice)
+    assert len(explorer._cache) == 3
+    explorer.draw("mirror descent", p=3.0, steps=20)  # another exponent: another path and SVM
+    assert len(explorer._cache) == 4 and 3.0 in explorer._svms
