@@ -172,8 +172,8 @@ def _joint_move(g, log_scale, g_norm, method, lr):
 class StepRule:
     """How a method sizes its step, and when it stops a trajectory for good.
 
-    :func:`train` moves each active trajectory by :meth:`lengths` along ``−∇L/‖∇L‖`` and stops
-    the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
+    :func:`train` moves each active trajectory by :meth:`move` (by default :meth:`lengths` along
+    ``−∇L/‖∇L‖``) and stops the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
     moves of ``(p, v)``. Both trainers also stop a trajectory on a non-finite value or an exactly
     zero gradient, whatever the rule. One rule per method: :class:`GradientDescent`,
     :class:`NormalizedGradientDescent`, :class:`PolyakStep`; :func:`step_rule` maps a method name
@@ -190,6 +190,18 @@ class StepRule:
         """Step lengths (B,) from step sizes ``lrs`` (B,), ``log ‖∇L‖`` (B,) and, if
         :attr:`needs_loss`, ``log(L − L*)`` (B,)."""
         raise NotImplementedError
+
+    def move(self, lrs: np.ndarray, log_grad_norm: np.ndarray, log_gap, g: np.ndarray, g_norm: np.ndarray):
+        """The update of :func:`train`: ``(move (B, size), lengths (B,))``, ``θ ← θ − move``.
+
+        The default moves :meth:`lengths` along the unit gradient ``g/‖g‖`` (``∇L = exp(m)·g``).
+        A rule that chooses its own direction (a mirror map, the sign of the gradient, a
+        preconditioner) overrides this and returns its full update with the length it reports
+        to :meth:`stops`.
+        """
+        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
+        length = self.lengths(lrs, log_grad_norm, log_gap)
+        return length[:, None] * unit, length
 
     def stops(self, prob: AttentionProblem, terms: Terms, flat, lengths, active) -> dict[int, str]:
         """Trajectories to stop before this step, ``{member: reason}`` (none by default).
@@ -361,6 +373,72 @@ def _progress(total: int, show: bool | None, work: float, desc: str):
     return tqdm(total=total, desc=desc, leave=False)
 
 
+class _Loop:
+    """The bookkeeping every trainer shares: which trajectories are still active, when and why the
+    others stopped. :func:`_descend` runs the loop around it."""
+
+    def __init__(self, B: int):
+        self.k = 0
+        self.active = np.ones(B, bool)
+        self._step = np.full(B, -1)
+        self._reason = np.full(B, "", dtype=object)
+
+    def stop(self, members, reason: str) -> None:
+        """Stop the active ``members`` (a (B,) mask or one index) at the current step."""
+        if np.ndim(members) == 0:
+            index, members = members, np.zeros(len(self.active), bool)
+            members[index] = True
+        members = self.active & members
+        if members.any():
+            self._step[members], self._reason[members] = self.k, reason
+            self.active &= ~members
+
+    def stop_unusable(self, finite: np.ndarray, g_norm: np.ndarray, log_scale: np.ndarray) -> None:
+        """Stop where a value is not finite, then where the gradient ``exp(log_scale)·g`` is exactly 0."""
+        bad = self.active & ~(finite & np.isfinite(g_norm) & ~np.isnan(log_scale))
+        zero = self.active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
+        self.stop(bad, "non-finite value")
+        self.stop(zero, "gradient is exactly zero")
+
+    def stopped(self) -> tuple:
+        return tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(self._step, self._reason))
+
+
+def _descend(params, record: np.ndarray, observe, write, move, bar=None) -> tuple:
+    """The one training loop behind :func:`train`, :func:`train_joint_problem` and :func:`train_kq`.
+
+    At every step ``k ≤ record[-1]``: ``observe(recording)`` measures the current parameters;
+    at a recorded step ``write(r, seen)`` stores the ``r``-th record; before the last step
+    ``move(seen, loop)`` stops members through ``loop`` (a :class:`_Loop`) and returns one move per
+    array of ``params``, which the active trajectories subtract (in place). Returns the
+    trajectories' :class:`Stop` entries.
+    """
+    loop = _Loop(len(params[0]))
+    r = 0
+    for k in range(int(record[-1]) + 1):
+        loop.k = k
+        recording = k == record[r]
+        seen = observe(recording)
+        if recording:
+            write(r, seen)
+            r += 1
+        if k == record[-1]:
+            break
+        moves = move(seen, loop)
+        if loop.active.all():
+            for x, m in zip(params, moves):
+                x -= m
+        else:
+            active = loop.active
+            for x, m in zip(params, moves):
+                x[active] -= m[active]
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return loop.stopped()
+
+
 def train(
     prob: AttentionProblem,
     theta0,
@@ -421,48 +499,35 @@ def train(
     out_loss = np.empty((R, B))
     out_log_gap = np.empty((R, B))
     out_log_gn = np.empty((R, B))
-    stop_step = np.full(B, -1)
-    stop_reason = np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
-    r = 0
-    # Overflow and log(0) are detected below and stop the run (or are meant: −inf log-norms);
+
+    def observe(recording):
+        terms = prob.terms_from_flat(flat)
+        log_scale, g = prob.scaled_grad_from(terms)
+        g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
+        return terms, log_scale, g, g_norm, log_scale + np.log(g_norm)
+
+    def write(r, seen):
+        terms, _, _, _, log_gn = seen
+        out_theta[r] = flat
+        out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+        out_log_gap[r] = prob.log_gap_from(terms)
+        out_log_gn[r] = log_gn
+        out_seconds[r] = time.perf_counter() - start
+
+    def move(seen, loop):
+        terms, log_scale, g, g_norm, log_gn = seen
+        loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
+        step, length = rule.move(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None, g, g_norm)
+        for b, why in rule.stops(prob, terms, flat, length, loop.active).items():
+            loop.stop(b, why)
+        return (step,)
+
+    # Overflow and log(0) are detected in move() and stop the run (or are meant: −inf log-norms);
     # one errstate for the whole loop rather than several per step.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for k in range(record[-1] + 1):
-            terms = prob.terms_from_flat(flat)
-            log_scale, g = prob.scaled_grad_from(terms)
-            g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
-            log_gn = log_scale + np.log(g_norm)
-            if k == record[r]:
-                out_theta[r] = flat
-                out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
-                out_log_gap[r] = prob.log_gap_from(terms)
-                out_log_gn[r] = log_gn
-                out_seconds[r] = time.perf_counter() - start
-                r += 1
-            if k == record[-1]:
-                break
-            bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
-            zero = active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
-            if bad.any() or zero.any():
-                for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
-                    stop_step[mask], stop_reason[mask] = k, why
-                    active &= ~mask
-            unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-            length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
-            for b, why in rule.stops(prob, terms, flat, length, active).items():
-                stop_step[b], stop_reason[b], active[b] = k, why, False
-            if active.all():
-                flat -= length[:, None] * unit
-            else:
-                flat[active] -= length[active, None] * unit[active]
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+        stopped = _descend([flat], record, observe, write, move, bar)
     return Trajectory(
         theta=out_theta.reshape((R, B) + prob.shape),
         steps=record,
@@ -587,45 +652,30 @@ def train_joint_problem(
     record = record_schedule(steps, record_every, record_steps)
     R = len(record)
     out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
-    stop_step = np.full(B, -1)
-    stop_reason = np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
     # work per step: B trajectories × (n, T, d_k) keys each (a stack's keys hold one set per row)
     work = float(steps) * B * math.prod(joint.keys.shape[-3:]) * 8
     bar = _progress(steps, progress, work, f"joint {rule.name} B={B}")
-    r = 0
-    for k in range(record[-1] + 1):
-        loss = joint.value(p, v) if (rule.needs_loss or k == record[r]) else None
-        if k == record[r]:
-            out_p[r], out_v[r], out_loss[r] = p, v, loss
-            r += 1
-        if k == record[-1]:
-            break
+
+    def observe(recording):
+        return joint.value(p, v) if (rule.needs_loss or recording) else None
+
+    def write(r, loss):
+        out_p[r], out_v[r], out_loss[r] = p, v, loss
+
+    def move(loss, loop):
         with np.errstate(over="ignore", invalid="ignore"):
             (m_p, g_p), (m_v, g_v) = joint.scaled_grad(p, v)
         n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
-        finite = np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)
-        bad = active & ~finite
-        if bad.any():
-            stop_step[bad], stop_reason[bad] = k, "non-finite value"
-            active &= ~bad
-        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), active)
+        loop.stop(
+            ~(np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)),
+            "non-finite value",
+        )
+        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), loop.active)
         for mask, why in stops:
-            mask = active & mask
-            if mask.any():
-                stop_step[mask], stop_reason[mask] = k, why
-                active &= ~mask
-        if active.all():
-            p -= move_p
-            v -= move_v
-        else:
-            p[active] -= move_p[active]
-            v[active] -= move_v[active]
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+            loop.stop(mask, why)
+        return move_p, move_v
+
+    stopped = _descend([p, v], record, observe, write, move, bar)
     return JointTrajectory(out_p, out_v, record, out_loss, stopped, rule.name, float(lr), joint)
 
 
@@ -766,10 +816,8 @@ def _train_joint_rows(S: int, stack, dims, p0, v0, steps: int, problem, **option
 
 def truncate_joint(traj, steps: int):
     """The records of a :class:`attnlib.optim.JointTrajectory` up to iteration ``steps`` (a view)."""
-    import dataclasses
-
     keep = np.asarray(traj.steps) <= steps
-    return dataclasses.replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
+    return replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
 
 
 def train_decoder_stack(problems, p0, v0, steps: int, **options) -> list:
@@ -943,50 +991,40 @@ def train_kq(
     R = len(record)
     out_K, out_Q = np.empty((R,) + K.shape), np.empty((R,) + Q.shape)
     out_loss, out_gap, out_gn, out_sec = np.empty((R, B)), np.empty((R, B)), np.empty((R, B)), np.empty(R)
-    stop_step, stop_reason = np.full(B, -1), np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
-    start, r = time.perf_counter(), 0
+    start = time.perf_counter()
     safe = lambda x: np.where(x > 0, x, 1.0)[:, None, None]  # noqa: E731
-    # Overflow and log(0) are detected below and stop the run; one errstate for the whole loop.
+
+    def observe(recording):
+        W = K @ np.swapaxes(Q, 1, 2)
+        terms = prob.terms_from_flat(W.reshape(B, -1))  # the AttentionProblem protocol: W is valid here
+        log_scale, gW = prob.scaled_grad_from(terms, batch=(B,))
+        gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
+        nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
+        g_norm = np.sqrt(nK**2 + nQ**2)
+        log_gap = prob.log_gap_from(terms) if (recording or rule.needs_loss) else None
+        return terms, log_scale, gK, gQ, nK, nQ, g_norm, log_scale + np.log(g_norm), log_gap
+
+    def write(r, seen):
+        terms, log_gn, log_gap = seen[0], seen[7], seen[8]
+        out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
+        out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+        out_sec[r] = time.perf_counter() - start
+
+    def move(seen, loop):
+        _, log_scale, gK, gQ, nK, nQ, g_norm, log_gn, log_gap = seen
+        loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
+        if method == "ngd" and normalize == "separate":
+            mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
+            mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
+        else:
+            length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
+            unit = 1.0 / safe(g_norm)
+            mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
+        return mK, mQ
+
+    # Overflow and log(0) are detected in move() and stop the run; one errstate for the whole loop.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for k in range(int(record[-1]) + 1):
-            W = K @ np.swapaxes(Q, 1, 2)
-            terms = prob.terms_from_flat(W.reshape(B, -1))  # the AttentionProblem protocol: W is valid here
-            log_scale, gW = prob.scaled_grad_from(terms, batch=(B,))
-            gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
-            nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
-            g_norm = np.sqrt(nK**2 + nQ**2)
-            log_gn = log_scale + np.log(g_norm)
-            need_gap = k == record[r] or rule.needs_loss
-            log_gap = prob.log_gap_from(terms) if need_gap else None
-            if k == record[r]:
-                out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
-                out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
-                out_sec[r] = time.perf_counter() - start
-                r += 1
-            if k == record[-1]:
-                break
-            finite = np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)) & np.isfinite(g_norm)
-            bad = active & ~(finite & ~np.isnan(log_scale))
-            zero = active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
-            if bad.any() or zero.any():
-                for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
-                    stop_step[mask], stop_reason[mask] = k, why
-                    active &= ~mask
-            if method == "ngd" and normalize == "separate":
-                mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
-                mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
-            else:
-                length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
-                unit = 1.0 / safe(g_norm)
-                mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
-            if active.all():
-                K -= mK
-                Q -= mQ
-            else:
-                K[active] -= mK[active]
-                Q[active] -= mQ[active]
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+        stopped = _descend([K, Q], record, observe, write, move)
     return FactorTrajectory(
         K=out_K,
         Q=out_Q,
