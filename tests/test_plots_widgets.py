@@ -685,7 +685,7 @@ def test_chapter_1_explorer_recomputes_a_readers_method_and_start_live(tmp_path,
         "print('LIVE', type(box).__name__, before != after, after.startswith(b'\\x89PNG'), box.status.value)",
         steps=100,
         check_steps=100,
-        steps_gd=200,
+        gd_steps=200,
         gd_check_steps=1000,
         plot_steps=50,
         n_random_inits=20,
@@ -839,7 +839,7 @@ def test_chapter_6_explorer_retrains_with_a_readers_settings_live(tmp_path, monk
         gd_steps=50,
         joint_n=8,
         joint_steps=50,
-        n_head=60,
+        head_n=60,
     )
     assert printed.startswith("LIVE VBox True True"), printed
     assert "cone = True" in printed and "lr = 0.5" in printed, printed
@@ -937,12 +937,12 @@ def test_chapter_5_explorer_recomputes_for_a_readers_seed_and_method_live(tmp_pa
         "print('LIVE', type(box).__name__, len(set(pictures)) == 3, pictures[-1].startswith(b'\\x89PNG'), "
         "fresh, box.status.value)",
         n_seeds=5,
-        steps_gd=2000,
+        gd_steps=2000,
         steps=500,
-        steps_proto=500,
-        steps_sweep=100,
+        proto_steps=500,
+        sweep_steps=100,
         d_max=16,
-        n_proto=10,
+        proto_n=10,
     )
     assert printed.startswith("LIVE VBox True True [(10, 7, 'logistic', 500, 50.0, 0.2)]"), printed
     assert "seed = 7" in printed and "method = 'ngd'" in html.unescape(printed), printed
