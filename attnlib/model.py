@@ -1111,7 +1111,7 @@ class StackedJointAttention(JointAttention):
 
     Methods take ``p`` (*batch, R, d_k) and ``v`` (*batch, R, d): row ``r`` of the parameters is
     trained on data set ``r``, so trajectories on different data sets (same ``n``, ``T``, ``d``) step
-    together as one batch (:func:`train_joint_stack`), as :func:`attnlib.stack_problems` does for
+    together as one batch (:func:`attnlib.optim.train_joint_stack`), as :func:`attnlib.stack_problems` does for
     fixed-head problems.
     """
 
@@ -1181,7 +1181,7 @@ class StackedDecoderAttention(DecoderAttention, StackedJointAttention):
     The keys ``vec(x_it z_iᵀ)`` are (R, n, T, d·d_z); methods take ``p`` (*batch, R, d·d_z) and
     ``v`` (*batch, R, d), and row ``r`` of the parameters sees data set ``r`` only
     (:class:`attnlib.model.StackedJointAttention`'s data axes), so the (W, u) runs on R data sets
-    step together as one batch (:func:`train_decoder_stack`). ``Z=None`` uses ``z_i = x_i1`` per row.
+    step together as one batch (:func:`attnlib.optim.train_joint_stack`). ``Z=None`` uses ``z_i = x_i1`` per row.
     """
 
 

@@ -15,8 +15,8 @@ gradient is exactly zero, or the Polyak step explodes because ``L*`` is out of r
 heading to a local selection); the others go on.
 
 Every trainer is here: :func:`train` (p or W, a batch of starts or a stack of problems),
-:func:`train_joint` / :func:`train_joint_problem` / :func:`train_joint_stack` /
-:func:`train_decoder_stack` (the attention with its head or decoder), :func:`train_kq` (the
+:func:`train_joint` / :func:`train_joint_problem` / :func:`train_joint_stack` (the attention with
+its head or its decoder, one problem or a stack), :func:`train_kq` (the
 factorisation ``W = K Qᵀ``), :func:`train_many` and the batching planner :func:`train_problems`.
 """
 
@@ -65,7 +65,6 @@ __all__ = [
     "train_many",
     "train_joint_stack",
     "truncate_joint",
-    "train_decoder_stack",
     "NORMALIZATIONS",
     "FactorTrajectory",
     "kq_init",
@@ -735,42 +734,76 @@ def train_many(
     )
 
 
-def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logistic", **options) -> list:
-    """:func:`attnlib.train_joint` on several data sets at once: one batched run, one trajectory each.
+def train_joint_stack(problems, p0, v0, steps: int, **options) -> list:
+    """:func:`train_joint_problem` on several joint problems as one batch, one trajectory each.
 
     Args:
-        datasets: sequence of ``(X, y)`` with the same ``X.shape`` (n, T, d).
-        p0: (d_k,), (B, d_k) (the same starts for every data set) or (S, B, d_k) (one batch per data
-            set); ``v0`` likewise with ``d``.
-        steps, W, loss: as in :func:`attnlib.train_joint`.
+        problems: a non-empty sequence of S :class:`JointAttention` of one kind: prompt attention
+            (one ``X.shape`` (n, T, d), one ``W``, one loss; e.g. ``JointAttention(X, y, W, loss)``
+            per data set) or :class:`DecoderAttention` (self-attention with a trainable decoder: one
+            ``X.shape``, one ``Z.shape``, one loss; :func:`attnlib.model.joint_self_attention`).
+        p0: (d_k,), (B, d_k) (the same starts for every problem) or (S, B, d_k) (one batch per
+            problem); ``v0`` likewise with ``d``.
         options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
-            :func:`attnlib.optim.train_joint_problem`, which takes the one batched step.
+            :func:`train_joint_problem`, which takes the one batched step (on a
+            :class:`StackedJointAttention` or a :class:`StackedDecoderAttention`).
 
-    Returns a list of :class:`attnlib.optim.JointTrajectory`, one per data set, each with ``p``
-    (R, B, d_k), ``v`` (R, B, d) and its own :class:`JointAttention` as ``problem``: the same as
-    ``S`` separate :func:`attnlib.train_joint` calls, with one Python loop over the iterations.
+    Returns a list of :class:`JointTrajectory`, one per problem (``p`` (R, B, d_k), ``v`` (R, B, d),
+    ``problem`` the problem passed): the same as S separate :func:`train_joint_problem` calls, with
+    one Python loop over the iterations.
 
     >>> import numpy as np, attnlib as al
     >>> sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
-    >>> trajs = train_joint_stack(sets, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> problems = [al.JointAttention(X, y, np.eye(2), "logistic") for X, y in sets]
+    >>> trajs = train_joint_stack(problems, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
     >>> one = al.train_joint(*sets[1], al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
     >>> len(trajs), bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
     (2, True)
+    >>> Js = [al.model.joint_self_attention(D.X, D.y) for D in (al.datasets.planted_tokens(4, 5, 6, s) for s in (0, 1))]
+    >>> trajs = train_joint_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> one = train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (True, True)
     """
-    Xs = [np.asarray(X, float) for X, _ in datasets]
-    ys = [np.asarray(y, float) for _, y in datasets]
-    if not Xs or any(X.ndim != 3 or X.shape != Xs[0].shape for X in Xs):
-        raise ValueError("datasets must be a non-empty sequence of (X, y) with X of one shape (n, T, d)")
-    d = Xs[0].shape[2]
-    W = np.eye(d) if W is None else np.asarray(W, float)
+    problems = list(problems)
+    if not problems or not all(isinstance(J, JointAttention) for J in problems):
+        raise ValueError("problems must be a non-empty sequence of JointAttention (or DecoderAttention) problems")
+    decoders = [isinstance(J, DecoderAttention) for J in problems]
+    if any(decoders) and not all(decoders):
+        raise ValueError("problems must be all prompt-attention JointAttention or all DecoderAttention, not a mix")
+    first = problems[0]
+    for s, J in enumerate(problems):
+        if J.X.ndim != 3 or J.X.shape != first.X.shape:
+            raise ValueError(
+                f"problems must share X.shape (n, T, d): problem 0 has {first.X.shape}, problem {s} has {J.X.shape}"
+            )
+        if J.loss.name != first.loss.name:
+            raise ValueError(
+                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
+            )
+        if decoders[0] and J.Z.shape != first.Z.shape:
+            raise ValueError(
+                f"problems must share Z.shape (n, d_z): problem 0 has {first.Z.shape}, problem {s} has {J.Z.shape}"
+            )
+        if not decoders[0] and not np.array_equal(J.W, first.W):
+            raise ValueError(f"problems must share the key matrix W: problem {s} has another one than problem 0")
+    X, y = np.stack([J.X for J in problems]), np.stack([J.y for J in problems])
+    d = X.shape[-1]
+    if decoders[0]:
+        Z = np.stack([J.Z for J in problems])
 
-    def stack(B):
-        return StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
+        def stack(B):
+            rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
+            return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
 
-    def problem(s, rows):
-        return JointAttention(Xs[s], ys[s], W, rows.loss)
+        dims = (d * Z.shape[-1], d)
+    else:
 
-    return _train_joint_rows(len(Xs), stack, (W.shape[0], d), p0, v0, steps, problem, **options)
+        def stack(B):
+            return StackedJointAttention(np.repeat(X, B, axis=0), np.repeat(y, B, axis=0), first.W, first.loss)
+
+        dims = (first.W.shape[0], d)
+    return _train_joint_rows(len(problems), stack, dims, p0, v0, steps, lambda s, _: problems[s], **options)
 
 
 def _train_joint_rows(S: int, stack, dims, p0, v0, steps: int, problem, **options) -> list:
@@ -818,57 +851,6 @@ def truncate_joint(traj, steps: int):
     """The records of a :class:`attnlib.optim.JointTrajectory` up to iteration ``steps`` (a view)."""
     keep = np.asarray(traj.steps) <= steps
     return replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
-
-
-def train_decoder_stack(problems, p0, v0, steps: int, **options) -> list:
-    """:func:`attnlib.optim.train_joint_problem` on several :class:`DecoderAttention` problems as one batch.
-
-    Args:
-        problems: sequence of S :class:`DecoderAttention` with one ``X.shape`` (n, T, d), one
-            ``Z.shape`` (n, d_z) and one loss.
-        p0: ``vec W`` starts, (d·d_z,), (B, d·d_z) (the same for every problem) or (S, B, d·d_z);
-            ``v0`` (the decoder ``u``) likewise with ``d``.
-        steps, options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
-            :func:`attnlib.optim.train_joint_problem`, which takes the one batched step
-            (a :class:`StackedDecoderAttention`).
-
-    Returns one :class:`attnlib.optim.JointTrajectory` per problem (``p`` (R, B, d·d_z), ``v``
-    (R, B, d), ``problem`` the problem passed): the same as S separate
-    :func:`attnlib.optim.train_joint_problem` calls, with one Python loop over the iterations.
-
-    >>> import numpy as np, attnlib as al
-    >>> Js = [al.model.joint_self_attention(D.X, D.y) for D in (al.datasets.planted_tokens(4, 5, 6, s) for s in (0, 1))]
-    >>> trajs = train_decoder_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
-    >>> one = train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
-    >>> len(trajs), trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
-    (2, True, True)
-    """
-    problems = list(problems)
-    if not problems or not all(isinstance(J, DecoderAttention) for J in problems):
-        raise ValueError(
-            "problems must be a non-empty sequence of DecoderAttention (attnlib.model.joint_self_attention)"
-        )
-    first = problems[0]
-    for s, J in enumerate(problems):
-        if J.X.ndim != 3 or J.X.shape != first.X.shape or J.Z.shape != first.Z.shape:
-            raise ValueError(
-                f"problems must share X.shape (n, T, d) and Z.shape (n, d_z): problem 0 has {first.X.shape} "
-                f"and {first.Z.shape}, problem {s} has {J.X.shape} and {J.Z.shape}"
-            )
-        if J.loss.name != first.loss.name:
-            raise ValueError(
-                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
-            )
-    X, y, Z = (np.stack([getattr(J, a) for J in problems]) for a in ("X", "y", "Z"))
-    d = X.shape[-1]
-
-    def stack(B):
-        rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
-        return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
-
-    return _train_joint_rows(
-        len(problems), stack, (d * Z.shape[-1], d), p0, v0, steps, lambda s, _: problems[s], **options
-    )
 
 
 NORMALIZATIONS = ("joint", "separate")
