@@ -55,6 +55,10 @@ from .decoder import StackedDecoderAttention, train_decoder_stack
 from .optim import train_joint_problem
 from .rates import train_many
 
+# Gradient flow to t = 1e15, the smoothness bound L, and plain GD below 1/L (the theorems' regime).
+from . import flow
+from .flow import FlowTrajectory, gradient_flow, smoothness_bound, train_below_smoothness
+
 # Measuring a trajectory against the theory.
 from .metrics import (
     cosine,
@@ -163,6 +167,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "datasets",
+    "flow",
+    "FlowTrajectory",
+    "gradient_flow",
+    "smoothness_bound",
+    "train_below_smoothness",
     "plots",
     "rates",
     "book",
