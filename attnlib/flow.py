@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.integrate import solve_ivp
+from scipy.optimize import nnls
 from scipy.special import expit
 
 from .losses import Loss
-from .model import AttentionProblem, ProblemStack, TokenSelectionProblem
+from .model import AttentionProblem, ProblemStack, TokenSelectionProblem, logsumexp
 from .optim import Trajectory, train
 
 __all__ = [
@@ -40,6 +41,14 @@ __all__ = [
     "flow_grid",
     "step_below_smoothness",
     "train_below_smoothness",
+    "tail_weights",
+    "support_offset",
+    "tail_flow",
+    "tail_gd",
+    "tail_error_rate",
+    "GDDirection",
+    "gd_direction",
+    "gd_norm_slope",
 ]
 
 
@@ -362,3 +371,294 @@ def train_below_smoothness(prob, theta0, steps: int, fraction: float = 0.1, **kw
     """
     lr = step_below_smoothness(prob, fraction)
     return train(prob, theta0, steps=steps, method="gd", lr=lr, **kwargs)
+
+
+# ---------------------------------------------------------------------- GD's asymptotic regime
+
+
+def tail_weights(prob: TokenSelectionProblem, select=None) -> tuple[np.ndarray, np.ndarray]:
+    """The exponential-tail form of ``−∇L`` once every sample attends to its token ``α_i``.
+
+    With ``σ_iα → 1`` the softmax gives ``σ_it = σ_iα e^{−⟨θ, d_it⟩}``, ``d_it = A_iα − A_it``, and
+
+    .. math::
+
+        −∇L(θ) ≈ \\sum_{i, t ≠ α_i} w_{it}\\, e^{−⟨θ, d_{it}⟩}\\, d_{it}, \\qquad
+        w_{it} = \\frac{|ℓ'(γ_{iα})|\\,(γ_{iα} − γ_{it})}{n},
+
+    the gradient of an exponential-tail separation problem (Soudry et al.'s setting), with relative
+    error of the order of the mass ``1 − σ_iα`` left off the selected tokens (:func:`gd_direction`).
+
+    Returns ``(d (n, T, size), w (n, T))`` (``w = 0`` at ``α_i``). ``select`` defaults to ``prob.opt``.
+
+    >>> import attnlib as al
+    >>> d, w = al.flow.tail_weights(al.datasets.loss_study(3.0))
+    >>> d.shape, w.round(4).tolist()
+    ((2, 2, 3), [[0.0711, 0.0], [0.1345, 0.0]])
+    """
+    select = prob.opt if select is None else np.asarray(select, int)
+    n, T = prob.n, prob.T
+    if select.shape != (n,) or np.any((select < 0) | (select >= T)):
+        raise ValueError(f"select must be {n} token indices in [0, {T}), got {select!r}")
+    A = prob.A.reshape(n, T, prob.size)
+    rows = np.arange(n)
+    d = A[rows, select][:, None, :] - A
+    gamma_sel = prob.gamma[rows, select]
+    w = -prob.loss.derivative(gamma_sel)[:, None] * (gamma_sel[:, None] - prob.gamma) / n
+    w[rows, select] = 0.0
+    return d, w
+
+
+def support_offset(prob: TokenSelectionProblem, sol) -> tuple[np.ndarray, bool]:
+    """``p̃`` of the decomposition ``θ(t) = θ_mm log t + p̃ + o(1)`` on the span of the support set.
+
+    Put ``θ = θ_mm log t + p̃`` into the tail flow (:func:`tail_weights`): the support vectors
+    (SVM-neighbours, ``⟨θ_mm, d_j⟩ = 1``) contribute ``w_j e^{−⟨p̃, d_j⟩} d_j / t`` and the others
+    decay faster, so ``Σ_S w_j e^{−⟨p̃, d_j⟩} d_j = θ_mm``. With the KKT form ``θ_mm = Σ_S a_j d_j``
+    (``a ≥ 0`` by non-negative least squares), ``⟨p̃, d_j⟩ = log(w_j / a_j)`` on the support set
+    fixes ``p̃`` on the span of the ``d_j``; the component outside it is set by the transient and by
+    the non-neighbours, whose pull decays only like ``t^{−(c_j − 1)}`` (``c_j = ⟨θ_mm, d_j⟩ > 1``).
+    Returns ``(p̃ (size,), determined)``, ``determined`` when the support set spans every ``d_it``
+    (then ``p̃`` is the whole offset). Needs every support weight ``w_j > 0`` (local optimality).
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)
+    >>> p_tilde, determined = al.flow.support_offset(prob, al.max_margin(prob))
+    >>> p_tilde.round(3).tolist(), determined
+    ([-1.632, -0.318, 0.0], True)
+    """
+    d, w = tail_weights(prob, sol.select)
+    support = np.asarray(sol.neighbors, bool)
+    if np.any(w[support] <= 0):
+        raise ValueError("support_offset needs a locally optimal selection (every SVM-neighbour scores below α_i)")
+    d_support = d[support]
+    coef, _ = nnls(d_support.T, np.ravel(sol.theta))
+    with np.errstate(divide="ignore"):
+        target = np.log(w[support] / coef)
+    if not np.all(np.isfinite(target)):
+        raise ValueError("a support vector has a zero dual weight: p̃ is not determined by the dual")
+    p_tilde, *_ = np.linalg.lstsq(d_support, target, rcond=None)
+    rank_all = np.linalg.matrix_rank(d.reshape(-1, prob.size), tol=1e-10)
+    return p_tilde, bool(np.linalg.matrix_rank(d_support, tol=1e-10) == rank_all)
+
+
+def _tail_terms(d, w, select):
+    keep = np.arange(d.shape[1])[None, :] != np.asarray(select)[:, None]
+    return d[keep], w[keep]  # (J, size), (J,)
+
+
+def tail_flow(prob, select, theta_start, t_start: float, times) -> np.ndarray:
+    """Integrate the tail flow ``dθ/dt = Σ_j w_j e^{−⟨θ, d_j⟩} d_j`` from ``θ(t_start)``: (R, B, size).
+
+    In log time ``s = log t`` (LSODA, rtol 1e-11). ``theta_start`` (B, size); ``times`` (R,) ≥ ``t_start``.
+    """
+    d, w = _tail_terms(*tail_weights(prob, select), select)
+    start = np.asarray(theta_start, float).reshape(-1, prob.size)
+    B = start.shape[0]
+
+    def field(s, y):
+        theta = y.reshape(B, prob.size)
+        return ((w * np.exp(s - theta @ d.T)) @ d).ravel()
+
+    s = np.log(np.asarray(times, float))
+    sol = solve_ivp(field, (np.log(t_start), s[-1]), start.ravel(), method="LSODA", t_eval=s, rtol=1e-11, atol=1e-11)
+    if sol.status != 0 or sol.y.shape[1] != s.size:
+        raise RuntimeError(f"tail flow failed: {sol.message}")
+    return sol.y.T.reshape(s.size, B, prob.size)
+
+
+def tail_gd(prob, select, theta_start, lr: float, steps: int) -> np.ndarray:
+    """``steps`` GD steps of size ``lr`` on the tail form from ``theta_start`` (B, size): the end (B, size)."""
+    d, w = _tail_terms(*tail_weights(prob, select), select)
+    theta = np.array(theta_start, float).reshape(-1, prob.size)
+    lrs = np.broadcast_to(np.asarray(lr, float), (theta.shape[0],))[:, None]
+    # A run far from the regime (not selected α) overflows: its prediction is NaN, and the checks fail it.
+    with np.errstate(over="ignore", invalid="ignore"):
+        for _ in range(int(steps)):
+            theta += lrs * ((w * np.exp(-theta @ d.T)) @ d)
+    return theta
+
+
+def tail_error_rate(prob, select, theta) -> np.ndarray:
+    """Relative error ``ε`` of the tail form of ``−∇L`` at ``theta`` (*batch, *shape): (*batch,).
+
+    Per sample, with ``m_i = 1 − σ_iα``: ``σ_it`` differs from ``e^{−⟨θ, d_it⟩}`` by the factor
+    ``1 − m_i``; ``γ_it − u_i`` from ``γ_it − γ_iα`` by ``δ_i ≤ m_i Δ_i``; ``A_it − Ā_i`` from
+    ``−d_it`` by at most ``m_i D_i``; ``ℓ'(u_i)`` from ``ℓ'(γ_iα)`` by ``max ℓ'' · δ_i``; the
+    selected token's own term is ``O(m_i²)``. Relative to the term itself:
+    ``ε_i = m_i (2 + Δ_i/g_i + D_i/d_i + Δ_i max ℓ''/|ℓ'(γ_iα)|)``, with ``g_i`` the smallest score
+    gap and ``d_i`` the shortest ``‖d_it‖``; returned is ``max_i ε_i``.
+    """
+    select = np.asarray(select, int)
+    rows = np.arange(prob.n)
+    mass_off = np.exp(_log_mass_off(prob, select, theta))  # m_i, accurate far below machine epsilon
+    d, w = tail_weights(prob, select)
+    others = np.arange(prob.T)[None, :] != select[:, None]
+    gaps = np.abs(prob.gamma[rows, select][:, None] - prob.gamma)
+    lengths = np.linalg.norm(d, axis=-1)
+    spread = prob.gamma.max(1) - prob.gamma.min(1)
+    width = np.sqrt(((d[:, :, None, :] - d[:, None, :, :]) ** 2).sum(-1)).max((-2, -1))
+    g_min = np.where(others & (gaps > 0), gaps, np.inf).min(1)
+    d_min = np.where(others, lengths, np.inf).min(1)
+    gamma_sel = prob.gamma[rows, select]
+    _, d2 = loss_curvature_bounds(prob.loss, prob.gamma.min(1), prob.gamma.max(1))
+    factor = 2 + spread / g_min + width / d_min + spread * d2 / -prob.loss.derivative(gamma_sel)
+    return (mass_off * factor).max(-1)
+
+
+@dataclass(frozen=True, eq=False)
+class GDDirection:
+    """GD (or gradient flow) against its asymptotic regime: the tail flow of the selection ``α``.
+
+    The check :func:`gd_direction` makes: from ``t_start`` on, the run follows the tail flow of ``α``
+    (whose solutions are ``θ_mm(α) log t + p̃ + z(t)``, with ``z`` the slow non-neighbour drift), to
+    within the neglected terms. Attributes, per run (B,):
+
+    - ``angle``: degrees between the run's end ``θ(T)`` and the prediction ``P(T)`` (180 where the
+      prediction overflowed: the run was far from the regime);
+    - ``tolerance``: degrees subtended at ``‖θ(T)‖`` by the bound ``2 ε(t_start) V`` on the
+      accumulated neglected terms (``ε`` :func:`tail_error_rate`, which decays like ``1/t``;
+      ``V`` the largest log-time speed ``‖dP/d log t‖`` of the prediction);
+    - ``mass_off``: ``max_i (1 − σ_iα)`` at ``t_start`` (the premise: the run has selected ``α``;
+      the tolerance is 0 when ``ε(t_start) ≥ 1/2``);
+    - ``direction_error``: degrees between ``θ(T)`` and ``θ_mm`` (what ``1/log t`` leaves), and
+      ``predicted_error`` the same for ``P(T)``;
+    - ``predicted`` (B, size) ``P(T)``; ``log_window`` ``log T − log t_start``.
+    """
+
+    angle: np.ndarray
+    tolerance: np.ndarray
+    mass_off: np.ndarray
+    direction_error: np.ndarray
+    predicted_error: np.ndarray
+    predicted: np.ndarray
+    final: np.ndarray
+    theta_mm: np.ndarray
+    log_window: float
+    t_start: float
+    t_end: float
+
+    def against(self, reference) -> np.ndarray:
+        """The same angle when the prediction's leading term ``θ_mm log t`` is replaced by ``reference log t``.
+
+        A control: ``P(T) + (reference − θ_mm)(log T − log t_start)``. (B,) degrees.
+        """
+        shifted = self.predicted + (np.ravel(reference) - self.theta_mm) * self.log_window
+        return _angle(self.final, shifted)
+
+    def resolution(self) -> float:
+        """The smallest rotation (degrees) of ``θ_mm`` that :meth:`against` detects (in the plane of θ(T), P(T)).
+
+        The angle grows by about ``φ ‖θ_mm‖ log-window / ‖θ(T)‖``; solved for the largest tolerance.
+        """
+        norm = np.linalg.norm(self.final, axis=-1)
+        gain = np.linalg.norm(self.theta_mm) * self.log_window / norm
+        return float(np.max((self.tolerance + self.angle) / gain))
+
+
+def _angle(a, b) -> np.ndarray:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    cross = np.linalg.norm(a[..., :, None] * b[..., None, :] - a[..., None, :] * b[..., :, None], axis=(-2, -1))
+    return np.degrees(np.arctan2(cross / np.sqrt(2), (a * b).sum(-1)))
+
+
+def gd_direction(prob: TokenSelectionProblem, sol, times, theta, lr=None, start: float = 0.5) -> GDDirection:
+    """Check a GD run or a gradient flow against the tail flow of ``sol.select`` (the Soudry-type regime).
+
+    ``times`` (R,) the recorded times of a flow (``lr=None``) or the recorded *steps* of a GD run at
+    step ``lr`` (then the prediction is GD on the tail form, :func:`tail_gd`, with the same step);
+    ``theta`` (R, B, *shape). The prediction starts at the first record with ``log t ≥ start·log T``
+    (``t = ηk`` for GD) from the run's own state there, so the test is whether the run has
+    entered the regime in which ``θ(t) = θ_mm log t + p̃ + z(t)`` holds (:func:`support_offset`), and
+    stays in it to ``T``. The tolerance is fixed by the theory before the comparison: the
+    neglected terms are at most ``ε(t)`` relative (:func:`tail_error_rate`), ``ε ∝ 1/t`` once the
+    run has selected ``α``, so their accumulated effect is at most ``2 ε(t_start) V`` (``V`` the
+    largest speed ``‖dP/d log t‖``). A run that has not selected ``α`` (a trap) has ``ε ≥ 1``.
+    Returns a :class:`GDDirection`.
+    """
+    steps = np.asarray(times, float)
+    t = steps if lr is None else steps * float(lr)
+    theta = np.asarray(theta, float)
+    R, B = theta.shape[:2]
+    flat = theta.reshape(R, B, prob.size)
+    positive = t > 0
+    log_t = np.log(np.where(positive, t, 1.0))
+    k0 = int(np.flatnonzero(positive & (log_t >= start * log_t[-1]))[0])
+    if lr is None:
+        path = tail_flow(prob, sol.select, flat[k0], t[k0], t[k0:])
+        predicted = path[-1]
+        speed = np.linalg.norm(np.diff(path, axis=0), axis=-1) / np.diff(log_t[k0:])[:, None]
+    else:
+        predicted = tail_gd(prob, sol.select, flat[k0], lr, int(steps[-1] - steps[k0]))
+        speed = np.linalg.norm(predicted - flat[k0], axis=-1)[None] / (log_t[-1] - log_t[k0])
+        speed = np.maximum(speed, np.linalg.norm(np.ravel(sol.theta)))
+    eps = tail_error_rate(prob, sol.select, theta[k0])
+    # The bound needs the tail form to be an approximation (ε < 1/2) at the start; a run that has
+    # not selected α by then (a trap) gets tolerance 0: it fails, it is not "not applicable".
+    bound = np.where(eps < 0.5, 2 * eps * speed.max(0), 0.0)
+    norm_end = np.linalg.norm(flat[-1], axis=-1)
+    theta_mm = np.ravel(sol.theta)
+    angle = np.where(np.all(np.isfinite(predicted), -1), _angle(flat[-1], predicted), 180.0)
+    return GDDirection(
+        angle=angle,
+        tolerance=np.degrees(np.arctan(bound / norm_end)),
+        mass_off=np.exp(np.max(_log_mass_off(prob, sol.select, theta[k0]), axis=-1)),
+        direction_error=_angle(flat[-1], theta_mm),
+        predicted_error=_angle(predicted, theta_mm),
+        predicted=predicted,
+        final=flat[-1],
+        theta_mm=theta_mm,
+        log_window=float(log_t[-1] - log_t[k0]),
+        t_start=float(t[k0]),
+        t_end=float(t[-1]),
+    )
+
+
+def _log_mass_off(prob, select, theta) -> np.ndarray:
+    """``log(1 − σ_iα)`` per sample at ``theta`` (*batch, *shape): (*batch, n)."""
+    flat, _ = prob.flatten(theta)
+    log_sigma = prob.terms_from_flat(flat).log_sigma
+    others = np.arange(prob.T)[None, :] != np.asarray(select, int)[:, None]
+    # log Σ_{t≠α} σ_t, not log(1 − σ_α): the latter rounds to log 0 once σ_α is within ε of 1
+    return logsumexp(np.where(others, log_sigma, -np.inf), axis=-1)
+
+
+def _half_decade_start(t) -> int:
+    return int(np.searchsorted(t, t[-1] / np.sqrt(10) * (1 - 1e-12)))
+
+
+def gd_norm_slope(prob: TokenSelectionProblem, sol, times, theta, lr=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The book's one rule for GD's norm slope: ``d‖θ‖/d log t`` over the last half-decade, against the tail model.
+
+    ``‖θ(t)‖ = M log t + O(1)`` (``M = ‖θ_mm‖``), but the slope reaches ``M`` only as fast as the
+    slowest correction: a non-neighbour with constraint value ``c`` adds a term ``t^{−(c−1)}``,
+    which at ``c`` near 1 keeps the slope well below ``M`` for many decades (the multi-input data).
+    The rule compares the measured slope with the one of the tail model (:func:`tail_flow`, or
+    :func:`tail_gd` for a GD run at step ``lr``) started from the run at the window's start, which
+    carries those corrections. ``times``, ``theta`` as in :func:`gd_direction`.
+
+    Returns ``(measured, predicted, tolerance)``, each (B,) in units of ``M``; the tolerance is the
+    bound ``2 ε V`` of :func:`gd_direction` on the position, over the window's length in log time
+    (0 when the run has not selected ``α``, ``ε ≥ 1/2``).
+    """
+    steps = np.asarray(times, float)
+    t = steps if lr is None else steps * float(lr)
+    theta = np.asarray(theta, float)
+    R, B = theta.shape[:2]
+    flat = theta.reshape(R, B, prob.size)
+    k0 = _half_decade_start(t)
+    window = np.log(t[-1] / t[k0])
+    if lr is None:
+        path = tail_flow(prob, sol.select, flat[k0], t[k0], t[k0:])
+        end = path[-1]
+        speed = np.linalg.norm(np.diff(path, axis=0), axis=-1).max(0) / np.diff(np.log(t[k0:])).min()
+    else:
+        end = tail_gd(prob, sol.select, flat[k0], lr, int(steps[-1] - steps[k0]))
+        speed = np.maximum(np.linalg.norm(end - flat[k0], axis=-1) / window, np.linalg.norm(sol.theta))
+    M = float(np.linalg.norm(sol.theta))
+    start_norm = np.linalg.norm(flat[k0], axis=-1)
+    measured = (np.linalg.norm(flat[-1], axis=-1) - start_norm) / (window * M)
+    predicted = (np.linalg.norm(end, axis=-1) - start_norm) / (window * M)
+    eps = tail_error_rate(prob, sol.select, theta[k0])
+    tolerance = np.where(eps < 0.5, 2 * eps * speed / (window * M), 0.0)
+    return measured, predicted, tolerance
