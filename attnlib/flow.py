@@ -279,7 +279,7 @@ def gradient_flow(
     fails (nothing half-computed is returned).
 
     >>> import numpy as np, attnlib as al
-    >>> run = al.gradient_flow(al.datasets.single_input(), np.zeros((2, 3)), t_max=1e6)
+    >>> run = al.flow.gradient_flow(al.datasets.single_input(), np.zeros((2, 3)), t_max=1e6)
     >>> run.theta.shape[1:], bool(run.norm[-1, 0] > run.norm[1, 0])
     ((2, 3), True)
     """

@@ -64,7 +64,7 @@ def test_smoothness_bound_of_a_stack_is_per_problem():
 
 
 def test_smoothness_bound_refuses_an_unbounded_loss_curvature():
-    prob = al.token_selection(np.array([[[1.0], [0.0]]]), np.array([[1.0, 0.0]]), al.CROSS_ENTROPY)
+    prob = al.token_selection(np.array([[[1.0], [0.0]]]), np.array([[1.0, 0.0]]), al.losses.CROSS_ENTROPY)
     assert flow.smoothness_bound(prob) == np.inf
     with pytest.raises(ValueError, match="fraction"):
         flow.step_below_smoothness(prob, 2.5)
