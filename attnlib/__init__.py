@@ -10,7 +10,8 @@ The house, one room per kind (lower floors never import higher ones):
 
 - the core, one module per kind of object: ``losses``, ``model`` (every problem), ``svm`` (every
   max-margin program), ``optim`` (every trainer), ``paths`` (regularization paths), ``metrics``,
-  ``fits`` (curve fits), ``datasets`` (every instance generator);
+  ``fits`` (curve fits), ``flow`` (gradient flow, the smoothness bound, GD's asymptotic regime),
+  ``datasets`` (every instance generator);
 - ``experiments.<chapter>``: a chapter's drivers, tolerances, not-applicable rules and tables;
 - ``figures.<chapter>`` and ``figures.common``: what the chapters draw;
 - ``book``: the book's machinery (checks, parameters, explorers, run, sweep, build).
@@ -33,6 +34,7 @@ from . import optim as optim
 from . import paths as paths
 from . import metrics as metrics
 from . import fits as fits
+from . import flow as flow
 from . import datasets as datasets
 from . import experiments as experiments
 from . import figures as figures
