@@ -140,7 +140,7 @@ def names_for_values(page, parameters: frozenset[str]) -> list[str]:
         after = "".join(str(s) for s in code.next_siblings)[:12]
         block = code.find_parent(["p", "li", "td", "figcaption"])
         context = block.get_text(" ") if block else ""
-        if re.match(r"\s*(=|&lt;|<|≤|≥)", bs4.BeautifulSoup(after, "html.parser").get_text()):
+        if re.match(r"\s*(\\\()?\s*(=|<|≤|≥)", bs4.BeautifulSoup(after, "html.parser").get_text()):
             continue
         if NAME_CONTEXT.search(context):
             continue

@@ -23,8 +23,10 @@ class _Text(str):
         return str(self)
 
 
-def glue_parameters(namespace: Mapping, *names: str, glue=None) -> dict:
-    """Glue ``namespace[name]`` under ``name`` (``display=False``) for each name; return what was glued.
+def glue_parameters(namespace: Mapping, *names: str, glue=None) -> None:
+    """Glue ``namespace[name]`` under ``name`` (``display=False``) for each name.
+
+    Returns nothing, so that a cell ending with the call displays nothing.
 
     Args:
         namespace: the notebook's ``globals()`` (after the parameters cell and its validation).
@@ -35,10 +37,12 @@ def glue_parameters(namespace: Mapping, *names: str, glue=None) -> dict:
     Raises ``NameError`` naming a parameter that is not in ``namespace`` (a typo in the cell, or a
     parameter renamed in the ``parameters`` cell and not here).
 
-    >>> quiet = lambda *args, **kwargs: None
-    >>> glue_parameters({"steps": 400, "loss": "logistic"}, "steps", "loss", glue=quiet)
-    {'steps': 400, 'loss': logistic}
-    >>> glue_parameters({"steps": 400}, "step", glue=quiet)
+    >>> glued = {}
+    >>> record = lambda name, value, display: glued.update({name: repr(value)})
+    >>> glue_parameters({"steps": 400, "loss": "logistic"}, "steps", "loss", glue=record)
+    >>> glued
+    {'steps': '400', 'loss': 'logistic'}
+    >>> glue_parameters({"steps": 400}, "step", glue=record)
     Traceback (most recent call last):
     ...
     NameError: glue_parameters: no parameter named 'step' (defined: steps)
@@ -49,9 +53,6 @@ def glue_parameters(namespace: Mapping, *names: str, glue=None) -> dict:
     if missing:
         defined = ", ".join(sorted(k for k in namespace if not k.startswith("_")))
         raise NameError(f"glue_parameters: no parameter named {missing[0]!r} (defined: {defined})")
-    glued = {}
     for name in names:
         value = namespace[name]
-        glued[name] = _Text(value) if isinstance(value, str) else value
-        glue(name, glued[name], display=False)
-    return glued
+        glue(name, _Text(value) if isinstance(value, str) else value, display=False)
