@@ -52,7 +52,7 @@ RAW_TEX = {
     "dollar math": re.compile(r"(?<![\w$])\$[^$\s][^$\n]{0,80}\$(?![\w$])"),
 }
 # Prose in which a parameter's *name* is the point: setting it, or a reader's controls.
-NAME_CONTEXT = re.compile(r"kernel|rerun|re-run|make lab|parameters? |papermill|-p ", re.I)
+NAME_CONTEXT = re.compile(r"kernel|rerun|re-run|make lab|\bparameters?\b|papermill|-p ", re.I)
 STALE = {"animation promise": re.compile(r"\bPlay\b|animation", re.I)}
 
 

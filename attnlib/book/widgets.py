@@ -66,7 +66,8 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
 
     if dpi is None:
         pad = plt.rcParams["savefig.pad_inches"]
-        dpi = explorer_dpi(fig.get_tightbbox(fig.canvas.get_renderer()).width + 2 * pad)
+        # Any canvas, pyplot's or a bare Figure's; 2% to spare: the crop is measured again when saving.
+        dpi = 1.02 * explorer_dpi(fig.get_tightbbox().width + 2 * pad)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
@@ -346,7 +347,7 @@ def figure_slider(
     if not 0 <= start < len(values):
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
     if dpi is None:
-        dpi = explorer_dpi(fig.get_figwidth())
+        dpi = 1.02 * explorer_dpi(fig.get_figwidth())  # 2% to spare: PNG widths round down
     pngs = []
     for v in values:
         update(v)
