@@ -165,7 +165,8 @@ CLIPPED_JS = """
   const found = [];
   const reported = [];
   for (const el of column.querySelectorAll('*')) {
-    if (reported.some(r => r.contains(el))) continue;
+    // MathJax's assistive MathML is visually hidden on purpose (it is for screen readers).
+    if (reported.some(r => r.contains(el)) || el.closest('mjx-assistive-mml')) continue;
     const box = el.getBoundingClientRect();
     if (box.width === 0 || box.height === 0) continue;
     const style = getComputedStyle(el);
