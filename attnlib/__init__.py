@@ -35,6 +35,7 @@ from . import paths as paths
 from . import metrics as metrics
 from . import fits as fits
 from . import flow as flow
+from . import basins as basins
 from . import datasets as datasets
 from . import experiments as experiments
 from . import figures as figures

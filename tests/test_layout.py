@@ -19,7 +19,7 @@ MAX_FLOORS = 7
 MAX_FRONT_DOOR = 40
 # The documented lazy imports of heavy optional dependencies inside the package (at most 2).
 MAX_LOCAL_IMPORTS = 2
-CORE = {"losses", "model", "svm", "optim", "paths", "metrics", "fits", "datasets", "flow"}
+CORE = {"losses", "model", "svm", "optim", "paths", "metrics", "fits", "datasets", "flow", "basins"}
 
 
 def _layer(module: str) -> int:

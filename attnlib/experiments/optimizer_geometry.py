@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..basins import BasinMap, classify_motion
 from ..datasets import MULTI_INPUT_INITS, SINGLE_INPUT_INITS, multi_input, random_tokens, single_input
 from ..metrics import cosine
 from ..model import TokenSelectionProblem, prompt_attention, stack_problems
@@ -43,7 +44,6 @@ from ..svm import (
     max_margin_norms,
     norm_value,
 )
-from .local_convergence import BasinMap, classify_motion  # shared with chapter 3 (see the report: belongs in the core)
 
 __all__ = [
     "ADMIT_GAP",

@@ -18,6 +18,9 @@ __all__ = [
     "tokens",
     "direction",
     "band",
+    "BASIN_COLORS",
+    "basin_image",
+    "basin_maps_panels",
 ]
 
 
@@ -152,3 +155,71 @@ def _plain_log_axes(ax):
     ax.yaxis.set_major_locator(LogLocator(numticks=5))
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_minor_locator(NullLocator())
+
+
+#: Colours of :func:`basin_image`: global basin, local basin(s), undecided within the horizon.
+BASIN_COLORS = {"global": "#f4a6a6", "local": "#a6c8f4", "undecided": "k"}
+
+
+def basin_image(ax, kind, extent, legend: bool = True, undecided_size: float = 6.0):
+    """Draw a basin map: ``kind`` (G_y, G_x) with 0 global, 1 local, −1 undecided.
+
+    Rows of ``kind`` run along the second coordinate (``kind[j, i]`` is the initialisation
+    ``(x_i, y_j)``); ``extent = (x_min, x_max, y_min, y_max)`` are the grid's end points. The two
+    basins are filled (global red, local blue, the colours of :data:`COLORS`); undecided
+    initialisations are drawn as black dots on top, so that even a single one is visible.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    kind = np.asarray(kind)
+    if kind.ndim != 2:
+        raise ValueError(f"kind must be a 2-D grid of labels, got shape {kind.shape}")
+    x0, x1, y0, y1 = extent
+    gy, gx = kind.shape
+    dx = (x1 - x0) / max(gx - 1, 1) / 2
+    dy = (y1 - y0) / max(gy - 1, 1) / 2
+    cmap = ListedColormap([BASIN_COLORS["global"], BASIN_COLORS["local"]])
+    ax.imshow(
+        np.where(kind == 1, 1, 0),
+        origin="lower",
+        extent=(x0 - dx, x1 + dx, y0 - dy, y1 + dy),
+        cmap=cmap,
+        vmin=0,
+        vmax=1,
+        interpolation="nearest",
+        aspect="auto",
+    )
+    jj, ii = np.nonzero(kind < 0)
+    if jj.size:
+        xs = np.linspace(x0, x1, gx)[ii]
+        ys = np.linspace(y0, y1, gy)[jj]
+        ax.scatter(xs, ys, s=undecided_size, color=BASIN_COLORS["undecided"], zorder=4)
+    if legend:
+        handles = [
+            Patch(color=BASIN_COLORS["global"], label="→ global p_mm*"),
+            Patch(color=BASIN_COLORS["local"], label="→ local p_mm(α)"),
+            Patch(color=BASIN_COLORS["undecided"], label=f"undecided ({jj.size})"),
+        ]
+        ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+    return ax
+
+
+def basin_maps_panels(axes, maps: dict, lo: float, hi: float, prob: TokenSelectionProblem, inits=None, tie_dir=None):
+    """One basin map per axes: ``maps`` ``{name: BasinMap}`` over a square key-plane grid from ``lo`` to ``hi``.
+
+    Draws :func:`basin_image`, the tokens, the initialisations ``inits`` (B, ≥2) as crosses and the
+    direction ``tie_dir`` dotted; the title gives each map's global and local fractions.
+    """
+    for ax, (name, m) in zip(axes, maps.items()):
+        size = int(round(np.sqrt(m.labels.size)))
+        basin_image(ax, m.kind().reshape(size, size), (lo, hi, lo, hi))
+        tokens(ax, prob, annotate_scores=False, size=50)
+        if inits is not None:
+            ax.scatter(*np.asarray(inits)[:, :2].T, marker="x", color="k", s=25, label="official inits")
+        if tie_dir is not None:
+            direction(ax, tie_dir, 20, color="k", ls=":", lw=1, label="tie of tokens 1, 3")
+        f = m.fractions()
+        ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="$p_1(0)$", ylabel="$p_2(0)$")
+        ax.set_title(f"{name.upper()}: global {f['global']:.3f}, local {f['local']:.3f}")
+    return axes

@@ -8,8 +8,7 @@ import numpy as np
 from ..experiments.optimizer_geometry import Runs, norm_label
 from ..optim import MirrorDescent, step_rule, train
 from ..svm import max_margin_norm
-from .common import direction, tokens
-from .local_convergence import basin_maps_panels  # chapter 3's basin panels, redrawn here
+from .common import basin_maps_panels, direction, tokens
 
 __all__ = ["NORM_STYLES", "OPTIMIZER_COLORS", "svm_directions", "paths_against_norms", "basin_panels", "PathExplorer"]
 
@@ -61,7 +60,7 @@ def paths_against_norms(runs: Runs, labels, upto: int | None = None, lim=(-6.0, 
 
 
 def basin_panels(maps: dict, lo: float, hi: float, prob, inits=None, figsize=(11, 4.6)):
-    """Basin maps ``{name: BasinMap}`` side by side (:func:`attnlib.figures.local_convergence.basin_maps_panels`)."""
+    """Basin maps ``{name: BasinMap}`` side by side (:func:`attnlib.figures.common.basin_maps_panels`)."""
     fig, axes = plt.subplots(1, len(maps), figsize=figsize)
     basin_maps_panels(np.atleast_1d(axes), maps, lo, hi, prob, inits)
     fig.tight_layout()
