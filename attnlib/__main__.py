@@ -2,15 +2,18 @@
 
 import sys
 
-USAGE = """usage: python -m attnlib {run,sweep,robustness,book} ...
+USAGE = """usage: python -m attnlib {run,sweep,robustness,book,lab} ...
 
 commands:
-  run    execute a notebook with parameters changed:  run NOTEBOOK -p NAME VALUE ... -o OUT.ipynb
+  run    execute a notebook with parameters changed:  run NOTEBOOK -p NAME VALUE ... [-o OUT.ipynb] [--html]
+         list its parameters, defaults, types and allowed values:  run NOTEBOOK --list-parameters
   sweep  execute a notebook over a grid of parameters:  sweep NOTEBOOK --grid NAME=V1,V2 ... --jobs N
   robustness  sweep every theorem chapter over fresh seeds into book/robustness/:  robustness --seeds A:B
   book   execute the book's notebooks (only those that changed) and build the site in _build/html
+  lab    JupyterLab on working copies of the chapters in _build/lab (what `make lab` runs)
 
-python -m attnlib COMMAND --help describes each command."""
+python -m attnlib COMMAND --help describes each command and its exit codes
+(run: 0 ok, 1 claims failed, 2 refused, 3 invalid parameter, 4 error, 5 timeout)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         from .book.robustness import main as command_main
     elif command == "book":
         from .book.build import main as command_main
+    elif command == "lab":
+        from .book.lab import main as command_main
     else:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
