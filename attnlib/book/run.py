@@ -777,7 +777,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_parameters(args.notebook))
             return EXIT_OK
         overrides = _overrides(args.parameter)
-        require_jupyter("run")
         output = args.output if args.output is not None else default_output(args.notebook, overrides)
         print(f"running {args.notebook} -> {output}", file=sys.stderr, flush=True)
         summary = execute_notebook(args.notebook, output, overrides, progress=not args.quiet, timeout=args.timeout)

@@ -384,6 +384,7 @@ def run_sweep(
             check_values(notebook, parameters)
         except ParameterError as exc:
             raise ParameterError(f"{exc} (at the grid point {parameters})") from None
+    require_jupyter("sweep")
     out = Path(out) if out is not None else PROJECT_ROOT / "_build" / "sweeps" / notebook.stem
     points = _points(notebook, grid, out)
     earlier = _earlier_rows(out, points)
@@ -488,7 +489,6 @@ def main(argv: list[str] | None = None) -> int:
         if defaults is None:
             raise UsageError(f"{args.notebook} has no cell tagged 'parameters', so it cannot be swept")
         grid = parse_grid(args.grid, defaults)
-        require_jupyter("sweep")
         result = run_sweep(
             args.notebook,
             grid,
