@@ -384,10 +384,10 @@ def run_sweep(
             check_values(notebook, parameters)
         except ParameterError as exc:
             raise ParameterError(f"{exc} (at the grid point {parameters})") from None
-    require_jupyter("sweep")
     out = Path(out) if out is not None else PROJECT_ROOT / "_build" / "sweeps" / notebook.stem
     points = _points(notebook, grid, out)
     earlier = _earlier_rows(out, points)
+    require_jupyter("sweep")
     summaries: dict[str, dict | None] = {p.key: _is_done(p) for p in points}
     todo = [p for p in points if summaries[p.key] is None]
     _log(
