@@ -107,13 +107,13 @@ def test_a_failed_execution_leaves_nothing_a_later_build_would_take(tmp_path):
     results = {result.notebook.stem: result for result in book.execute_all(tmp_path, jobs=2)}
 
     assert results["parameters"].status == "ok" and results["parameters"].ok
-    assert results["failing"].status == "failed"
+    assert results["failing"].status == "error"
     assert results["failing"].error == "RuntimeError: this fixture fails on purpose"
     stage = tmp_path / book.STAGE_DIR / "notebooks"
     assert sorted(path.name for path in stage.iterdir()) == ["parameters.ipynb", "parameters.json", "parameters.stamp"]
     failed = tmp_path / book.FAILED_DIR
     assert (failed / "failing.ipynb").exists()
-    assert json.loads((failed / "failing.json").read_text())["status"] == "failed"
+    assert json.loads((failed / "failing.json").read_text())["status"] == "error"
     assert {path: path.read_bytes() for path in (tmp_path / "notebooks").iterdir()} == sources
 
     # Only the good chapter left: it is up to date, nothing runs.

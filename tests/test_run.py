@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import re
 import shutil
@@ -103,7 +104,7 @@ def test_output_into_the_committed_notebooks_is_refused(source, capsys):
 def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path, capsys, monkeypatch):
     """Without -o, into _build/runs/NOTEBOOK/ (here redirected to a temporary folder)."""
     monkeypatch.setattr(run, "DEFAULT_RUNS_DIR", tmp_path / "runs")
-    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     code = run.main([str(source.path), "-p", "steps", "7", "-p", "label", "b"])
     assert code == 0
     out = tmp_path / "runs" / "parameters" / "steps=7_label=b.ipynb"
@@ -119,7 +120,7 @@ def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path, ca
     assert prov["commit"] == (commit or None) and prov["python"] == platform.python_version()
     assert prov["attnlib"] == __import__("attnlib").__version__
     started = datetime.datetime.fromisoformat(prov["started_utc"].replace("Z", "+00:00"))
-    assert prov["started_utc"].endswith("Z") and before <= started <= datetime.datetime.now(datetime.timezone.utc)
+    assert prov["started_utc"].endswith("Z") and before <= started <= datetime.datetime.now(datetime.UTC)
     assert summary["parameters"] == {"steps": 7, "scale": 0.5, "label": "b"}  # defaults merged with overrides
     assert summary["duration_s"] > 0
     assert summary["checks"] == [
@@ -284,7 +285,8 @@ def test_list_parameters_command(source, capsys, monkeypatch):
 
 def test_list_parameters_shows_computed_bounds_and_the_notebooks_own_tests():
     infos = run.parameter_specs(OUTCOMES)
-    assert infos["outcome"].kind == "choice" and infos["outcome"].allowed == "one of ['pass', 'claim', 'crash', 'sleep']"
+    assert infos["outcome"].kind == "choice"
+    assert infos["outcome"].allowed == "one of ['pass', 'claim', 'crash', 'sleep']"
     assert infos["steps"].constraints == ["refused if steps > bound"]
     assert infos["steps"].description == "at most a bound that the notebook computes"
 
@@ -332,3 +334,124 @@ def test_quiet_and_html_render_the_run_as_a_book_page(tmp_path, capsys):
     assert "{glue" not in html and "measured 1.000 on this run" in text
     assert "mathjax" in html.lower() and "norm" in html  # the book's MathJax configuration, macros included
     source.unchanged()
+
+
+# --- make lab: working copies in _build/lab, never the committed notebooks ---------------------
+
+
+def _lab_sources(tmp_path) -> tuple[Path, Path, dict]:
+    sources = tmp_path / "notebooks"
+    sources.mkdir()
+    for fixture in (PARAMETERS, OUTCOMES):
+        shutil.copyfile(fixture, sources / fixture.name)
+    return sources, tmp_path / "_build" / "lab", {p: p.read_bytes() for p in sources.iterdir()}
+
+
+def test_lab_working_copies_define_the_macros_and_keep_the_readers_edits(tmp_path):
+    from attnlib.book import lab
+
+    sources, lab_dir, originals = _lab_sources(tmp_path)
+    assert sorted(lab.prepare_working_copies(sources, lab_dir)) == [
+        "copied notebooks/outcomes.ipynb",
+        "copied notebooks/parameters.ipynb",
+    ]
+    copy = json.loads((lab_dir / "notebooks" / "parameters.ipynb").read_text())
+    first = "".join(copy["cells"][0]["source"])
+    for name in lab.book_macros():  # every macro of _config.yml, as \newcommand
+        assert f"\\newcommand{{\\{name}}}" in first
+    assert "\\newcommand{\\norm}[1]{\\left\\lVert #1 \\right\\rVert}" in first
+    assert copy["cells"][1:] == json.loads(PARAMETERS.read_text())["cells"]
+    assert lab.prepare_working_copies(sources, lab_dir) == []  # nothing changed: nothing written
+
+    # The committed notebook changes; the reader ran one copy (outputs only) and edited the other.
+    for path in sources.iterdir():
+        notebook = json.loads(path.read_text())
+        notebook["cells"][0]["source"] = "# changed upstream"
+        path.write_text(json.dumps(notebook))
+    ran = lab_dir / "notebooks" / "outcomes.ipynb"
+    notebook = json.loads(ran.read_text())
+    notebook["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+    ran.write_text(json.dumps(notebook))
+    edited = lab_dir / "notebooks" / "parameters.ipynb"
+    notebook = json.loads(edited.read_text())
+    notebook["cells"][2]["source"] = "steps = 99  # the reader's edit"
+    edited.write_text(json.dumps(notebook))
+    messages = lab.prepare_working_copies(sources, lab_dir)
+    assert "refreshed notebooks/outcomes.ipynb" in messages
+    assert any(m.startswith("kept your edited notebooks/parameters.ipynb") for m in messages)
+    assert "the reader's edit" in edited.read_text()
+    assert "changed upstream" in ran.read_text()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.notebook
+def test_make_lab_serves_and_saves_only_the_working_copies(tmp_path):
+    """A real JupyterLab started with make lab's command: its root is _build/lab, a save lands there,
+    and the committed notebooks cannot be reached (so neither a save nor an autosave can write them)."""
+    import secrets
+    import time
+    import urllib.error
+    import urllib.request
+
+    from attnlib.book import lab
+
+    sources, lab_dir, originals = _lab_sources(tmp_path)
+    lab.prepare_working_copies(sources, lab_dir)
+    port, token = _free_port(), secrets.token_hex(16)
+    home = tmp_path / "home"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime")}
+    extra = [
+        "--no-browser",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--LabApp.user_settings_dir={home / 'settings'}",
+        f"--LabApp.workspaces_dir={home / 'workspaces'}",
+    ]
+    command = lab.lab_command(lab_dir, port, extra)
+    assert f"--ServerApp.root_dir={lab_dir.resolve()}" in command and "--ServerApp.ip=127.0.0.1" in command
+    base = f"http://127.0.0.1:{port}/api/contents"
+
+    def call(path: str, method: str = "GET", body: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{base}/{path}?token={token}", data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    with (tmp_path / "lab.log").open("w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                listing = call("")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'lab.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+        assert [item["name"] for item in listing["content"] if not item["name"].startswith(".")] == ["notebooks"]
+        opened = call("notebooks/parameters.ipynb")
+        opened["content"]["cells"][-1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+        body = {"type": "notebook", "format": "json", "content": opened["content"]}
+        call("notebooks/parameters.ipynb", "PUT", body)
+        saved = json.loads((lab_dir / "notebooks" / "parameters.ipynb").read_text())
+        assert "".join(saved["cells"][-1]["outputs"][0]["text"]) == "ran\n", "the save went to the working copy"
+        with pytest.raises(urllib.error.HTTPError) as refused:  # outside the root: refused by the server
+            call("../../notebooks/parameters.ipynb", "PUT", body)
+        assert refused.value.code in (400, 403, 404)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    assert {p: p.read_bytes() for p in sources.iterdir()} == originals, "the committed notebooks were written"
