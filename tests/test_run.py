@@ -455,3 +455,26 @@ def test_make_lab_serves_and_saves_only_the_working_copies(tmp_path):
             server.kill()
             server.wait()
     assert {p: p.read_bytes() for p in sources.iterdir()} == originals, "the committed notebooks were written"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("asked", [None, "live"])
+def test_raw_papermill_gives_the_static_explorers_unless_asked(tmp_path, asked):
+    """A plain `papermill in out` has no frontend: the precomputed explorer, unless ATTNLIB_EXPLORERS=live."""
+    source = copy_fixture(FIXTURES / "explorer.ipynb", tmp_path / "source")
+    out = tmp_path / "raw.ipynb"
+    env = {k: v for k, v in os.environ.items() if k != "ATTNLIB_EXPLORERS"}
+    if asked:
+        env["ATTNLIB_EXPLORERS"] = asked
+    papermill = [sys.executable, "-m", "papermill", "--no-progress-bar", "-p", "steps", "20"]
+    completed = subprocess.run([*papermill, str(source.path), str(out)], capture_output=True, text=True, env=env)
+    assert completed.returncode == 0, completed.stderr
+    mimes = {
+        mime
+        for cell in json.loads(out.read_text())["cells"]
+        for o in cell.get("outputs", [])
+        for mime in o.get("data", {})
+    }
+    widget = "application/vnd.jupyter.widget-view+json"
+    assert (widget in mimes) == (asked == "live"), mimes
+    source.unchanged()
