@@ -65,6 +65,8 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attnlib
+
 from . import params as _params
 from .checks import CHECK_MIME, FAILED, describe_counts, status_of
 from .files import write_json_atomically
@@ -240,8 +242,6 @@ class ParameterInfo:
 
 def _spec_namespace(values: dict) -> dict:
     """What a validation cell's spec expressions may refer to: ``al``, the spec makers, the values."""
-    import attnlib  # the package itself; attnlib.book is imported by it, so this is not a cycle at call time
-
     names = {name: getattr(_params, name) for name in _params.__all__}
     return {"__builtins__": {"max": max, "min": min, "abs": abs, "len": len}, "al": attnlib, **names, **values}
 
@@ -422,8 +422,6 @@ def provenance(started: datetime.datetime | None = None) -> dict:
     >>> sorted(provenance())
     ['attnlib', 'commit', 'dirty', 'python', 'started_utc']
     """
-    import attnlib
-
     started = started or datetime.datetime.now(datetime.UTC)
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
