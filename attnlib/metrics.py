@@ -6,6 +6,7 @@ arrays of shape (*batch,) (or (*batch, n) for per-sample quantities).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,8 @@ __all__ = [
     "offset_relaxation_reason",
     "offset_check_horizon",
     "norm_log_slope",
+    "rotate_toward",
+    "rotation_resolution",
 ]
 
 
@@ -501,3 +504,78 @@ def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
     s_last, s_prev = half_decade_slopes(steps, norm)
     start = int(np.searchsorted(steps, steps[-1] / np.sqrt(10) * (1 - 1e-12)))
     return s_last / M, float(2 * abs(s_last - s_prev) / M + one_minus_cosine(theta[start], direction))
+
+
+# -- the power of a direction check (issue 22): how small a rotation of its reference it detects --
+
+
+def rotate_toward(reference, toward, degrees: float) -> np.ndarray:
+    """``reference`` rotated by ``degrees`` in the plane it spans with ``toward`` (norm kept; any shape).
+
+    The rotation moves ``reference`` toward the component of ``toward`` orthogonal to it; matrices
+    are rotated as flattened vectors (Frobenius geometry).
+
+    >>> from attnlib.metrics import rotate_toward
+    >>> rotate_toward([2.0, 0.0], [0.0, 1.0], 90.0).round(12)
+    array([0., 2.])
+    """
+    reference = np.asarray(reference, float)
+    toward = np.asarray(toward, float)
+    if toward.shape != reference.shape:
+        raise ValueError(f"toward must have the reference's shape {reference.shape}, got {toward.shape}")
+    r = reference.ravel()
+    size = np.linalg.norm(r)
+    u = r / size
+    w = toward.ravel() - (toward.ravel() @ u) * u
+    if np.linalg.norm(w) <= 1e-12 * np.linalg.norm(toward):
+        raise ValueError("toward must not be parallel to the reference: it spans no plane with it")
+    w /= np.linalg.norm(w)
+    angle = np.radians(degrees)
+    return (size * (np.cos(angle) * u + np.sin(angle) * w)).reshape(reference.shape)
+
+
+def rotation_resolution(
+    passes, reference, toward=None, *, max_degrees: float = 90.0, tol_degrees: float = 1e-3, seed: int = 0
+) -> float:
+    """The smallest rotation of ``reference`` (degrees) that a direction check detects.
+
+    ``passes(candidate) -> bool`` evaluates the check's statistic with ``candidate`` in place of
+    its reference and applies the check's own predicate. The reference is rotated in the plane it
+    spans with ``toward`` (a list of such directions: the largest resolution over the planes, i.e. an
+    angle detected in every plane tried; default one random plane drawn from ``seed``). A log-spaced
+    scan from ``tol_degrees`` finds the first detected angle, bisection refines it to
+    ``tol_degrees``. Returns ``inf`` if no rotation up to ``max_degrees`` is detected; raises if
+    the unrotated reference itself fails.
+
+    >>> from attnlib.metrics import one_minus_cosine, rotation_resolution
+    >>> theta = [10.0, 0.1]                       # a run 0.57 degrees off the reference (1, 0)
+    >>> check = lambda ref: float(one_minus_cosine([theta], ref)[0]) <= 1e-3
+    >>> round(rotation_resolution(check, [1.0, 0.0], [0.0, -1.0]), 2)  # 1 - cos <= 1e-3 allows 2.56 degrees
+    1.99
+    >>> round(rotation_resolution(check, [1.0, 0.0], [[0.0, -1.0], [0.0, 1.0]]), 2)  # through the run: 0.57 + 2.56
+    3.14
+    """
+    reference = np.asarray(reference, float)
+    if not passes(reference):
+        raise ValueError("rotation_resolution: the check fails on its own (unrotated) reference")
+    if toward is None:
+        toward = [np.random.default_rng(seed).standard_normal(reference.shape)]
+    elif np.asarray(toward, float).shape == reference.shape:
+        toward = [toward]
+    worst = 0.0
+    for direction in toward:
+        direction = np.asarray(direction, float)
+        angles = np.geomspace(tol_degrees, max_degrees, 64)
+        detected = [a for a in angles if not passes(rotate_toward(reference, direction, a))][:1]
+        if not detected:
+            return math.inf
+        hi = detected[0]
+        lo = float(angles[np.searchsorted(angles, hi) - 1]) if hi > angles[0] else 0.0
+        while hi - lo > tol_degrees:
+            mid = 0.5 * (lo + hi)
+            if passes(rotate_toward(reference, direction, mid)):
+                lo = mid
+            else:
+                hi = mid
+        worst = max(worst, float(hi))
+    return worst
