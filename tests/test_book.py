@@ -39,7 +39,7 @@ def test_committed_notebooks_have_no_outputs_and_the_python3_kernel(notebook):
 def test_chapter_executes_and_every_check_passes(executed_book, notebook):
     result = executed_book[notebook]
     failed_copy = ROOT / book.FAILED_DIR / notebook.name
-    assert result.status != "failed", f"{notebook} failed: {result.error} (executed copy: {failed_copy})"
+    assert result.status in ("ok", "up to date"), f"{notebook} failed: {result.error} (executed copy: {failed_copy})"
     summary = json.loads((ROOT / book.STAGE_DIR / notebook).with_suffix(".json").read_text(encoding="utf-8"))
     failed = [f"{c['name']} = {c['value']!r} ({c['criterion']})" for c in summary["checks"] if c["passed"] is False]
     assert not failed, f"{notebook}: failed checks: {failed}"

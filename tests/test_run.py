@@ -123,17 +123,17 @@ def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path, ca
     assert prov["started_utc"].endswith("Z") and before <= started <= datetime.datetime.now(datetime.UTC)
     assert summary["parameters"] == {"steps": 7, "scale": 0.5, "label": "b"}  # defaults merged with overrides
     assert summary["duration_s"] > 0
-    assert summary["checks"] == [
-        {
-            "name": "steps_seen",
-            "value": 7,
-            "criterion": ">= 1",
-            "status": "passed",
-            "passed": True,
-            "description": "the steps parameter arrived",
-            "reason": "",
-        }
-    ]
+    (check,) = summary["checks"]  # the record as the notebook emitted it (attnlib.book.checks)
+    assert {k: check[k] for k in ("name", "value", "criterion", "status", "passed", "description", "reason")} == {
+        "name": "steps_seen",
+        "value": 7,
+        "criterion": ">= 1",
+        "status": "passed",
+        "passed": True,
+        "description": "the steps parameter arrived",
+        "reason": "",
+    }
+    assert (check["sense"], check["bound"]) == (">=", 1)  # the numeric bound beside the criterion text
     executed = json.loads(out.read_text())
     assert executed["metadata"]["papermill"]["parameters"] == {"steps": 7, "label": "b"}
     assert not list(out.parent.glob(".*tmp*")), "a temporary file was left behind"
@@ -199,6 +199,8 @@ def test_a_failed_claim_and_an_error_exit_differently(tmp_path, capsys, outcome,
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["status"] == status
     assert [c["status"] for c in summary["checks"]] == ["passed", "failed" if outcome == "claim" else "passed"]
+    claim = summary["checks"][1]  # the numeric bound beside the criterion text
+    assert (claim["criterion"], claim["sense"], claim["bound"]) == ("<= 0.5", "<=", 0.5)
     assert out.exists(), "the executed notebook is kept either way"
     source.unchanged()
 

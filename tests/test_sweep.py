@@ -115,6 +115,7 @@ def test_sweep_end_to_end_keeps_failures_and_resumes(tmp_path):
     assert first.exit_code() == 4  # an error outweighs a failed claim
     assert "RuntimeError: this fixture crashes on purpose" in first.rows[2]["error"]
     assert first.rows[1]["claim"] == 1.0 and first.rows[1]["claim_status"] == "failed"
+    assert first.rows[1]["claim_margin"] < 0 < first.rows[0]["claim_margin"]  # beyond the bound, inside it
     assert first.rows[0]["holds"] == 1.0 and first.rows[0]["holds_status"] == "passed"
     table = json.loads(first.json_path.read_text())
     assert len(table["rows"]) == 3 and len(list(csv.DictReader(first.csv_path.open()))) == 3

@@ -5,7 +5,7 @@
 Each point is executed with :func:`attnlib.book.run.execute_notebook` (the same path as ``run`` and the
 book) into ``OUT/points/<name>.ipynb`` with its JSON summary beside it, and the whole sweep is
 collected into ``OUT/results.csv`` and ``OUT/results.json``: one row per point with its
-parameters, status, error, duration and every recorded check (value and verdict).
+parameters, status, error, duration and every recorded check (value, verdict and its margin to the bound).
 
 Nothing is lost:
 
@@ -237,6 +237,8 @@ def _row(point: SweepPoint, summary: dict | None) -> dict:
     for check in summary.get("checks", []):
         row[check["name"]] = check["value"]
         row[f"{check['name']}_status"] = status_of(check)
+        if check.get("margin") is not None:  # the value's distance inside its bound (negative: beyond it)
+            row[f"{check['name']}_margin"] = check["margin"]
     return row
 
 
