@@ -37,7 +37,7 @@ status                exit  meaning
 
 Parameter names are checked against the notebook's ``parameters``-tagged cell *before* a kernel
 starts (papermill itself only warns about an unknown name and runs anyway). The checks are the
-records that :class:`attnlib.Checks` emits as outputs of MIME type :data:`attnlib.CHECK_MIME`; they
+records that :class:`attnlib.Checks` emits as outputs of MIME type :data:`attnlib.book.CHECK_MIME`; they
 are collected even when a later cell failed.
 
 ``python -m attnlib run NOTEBOOK -p NAME VALUE ... -o OUT.ipynb`` is the command-line face of it
@@ -70,6 +70,7 @@ import attnlib
 from . import params as _params
 from .checks import CHECK_MIME, FAILED, describe_counts, status_of
 from .files import write_json_atomically
+from .widgets import static_explorers
 
 __all__ = [
     "EXIT_CODES",
@@ -622,8 +623,6 @@ def execute_notebook(
     destination_ok.parent.mkdir(parents=True, exist_ok=True)
 
     import papermill  # lazily: attnlib must import without Jupyter
-
-    from .widgets import static_explorers
 
     if progress:
         _register_progress_engine()
