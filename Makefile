@@ -66,17 +66,17 @@ BACKEND ?= local
 robustness: setup
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m attnlib robustness --seeds $(SEEDS) --jobs $(JOBS) --backend $(BACKEND)
 
-# JupyterLab on the project's environment, on this machine only (127.0.0.1), the notebooks folder
-# open: rerun a chapter and its explorers recompute live (attnlib.explorer). Open the URL it prints
-# (it carries the access token). The kernels' traffic is encrypted (CurveZMQ keys from the kernel
-# manager); root (a container) is allowed. LAB_PORT=0 picks a free port; LAB_ARGS=--no-browser on a
-# machine without a browser.
+# JupyterLab on the project's environment, on this machine only (127.0.0.1), opened on working
+# copies of the chapters in _build/lab/notebooks (refreshed from notebooks/ unless you edited them;
+# the book's MathJax macros defined in a cell on top): autosave never writes into notebooks/. Rerun
+# a chapter and its explorers recompute live (attnlib.explorer). Open the URL it prints (it carries
+# the access token). The kernels' traffic is encrypted (CurveZMQ keys from the kernel manager);
+# root (a container) is allowed. LAB_PORT=0 picks a free port; LAB_ARGS=--no-browser on a machine
+# without a browser.
 LAB_PORT ?= 8888
 LAB_ARGS ?=
 lab: setup
-	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
-	  --KernelManager.transport_encryption=auto \
-	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks
+	$(PY) -m attnlib lab --port $(LAB_PORT) -- $(LAB_ARGS)
 
 # Freeze the whole resolved environment after changing requirements.txt.
 lock: setup

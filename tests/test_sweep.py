@@ -1,5 +1,7 @@
-"""Sweeps: grid parsing, an end-to-end sweep, failures kept, resume after a kill, the Dask path."""
+"""Sweeps: grid parsing, refusals before any kernel, an end-to-end sweep, failures kept, rows never
+lost, resume after a kill, the Dask path."""
 
+import csv
 import json
 import os
 import signal
@@ -10,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from attnlib.book.run import UsageError
+from attnlib.book import sweep
+from attnlib.book.run import ParameterError, UsageError
 from attnlib.book.sweep import grid_points, main, parse_grid, run_sweep
 
 FIXTURE = Path(__file__).parent / "fixtures" / "parameters.ipynb"
+SEEDED = Path(__file__).parent / "fixtures" / "seeded.ipynb"
+OUTCOMES = Path(__file__).parent / "fixtures" / "outcomes.ipynb"
 DEFAULTS = {"steps": 3, "scale": 0.5, "label": "a"}
 
 
@@ -47,19 +52,110 @@ def test_bad_grid_exits_2_before_running(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("steps=0:", "malformed range in grid 'steps=0:'"),
+        ("steps=a:b", "malformed range in grid 'steps=a:b'"),
+        ("steps=1:2:", "malformed range"),
+        ("scale=0.1:0.5", "malformed range"),
+        ("steps=0;2", "separate values with commas"),
+        ("steps=a", "parameter 'steps' takes int values \\(default 3\\), got 'a'"),
+        ("steps=", "malformed grid"),
+        ("steps= ", "malformed grid"),
+    ],
+)
+def test_malformed_values_are_refused_with_the_reason(spec, message):
+    with pytest.raises(UsageError, match=message):
+        parse_grid([spec], DEFAULTS)
+
+
+@pytest.mark.parametrize("spec", ["steps=0:", "steps=a:b", "steps=0;2", "steps="])
+def test_malformed_values_exit_2_before_any_kernel(tmp_path, capsys, monkeypatch, spec):
+    monkeypatch.setitem(sys.modules, "papermill", None)  # a kernel start would need papermill
+    assert main([str(FIXTURE), "--grid", spec, "--out", str(tmp_path)]) == 2
+    assert "malformed" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_values_the_notebook_refuses_exit_3_before_any_kernel(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "papermill", None)
+    assert main([str(FIXTURE), "--grid", "steps=1,-1", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert "parameter 'steps' must be an int >= 1, got -1 (at the grid point {'steps': -1})" in err
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ParameterError):
+        run_sweep(FIXTURE, {"steps": [1, -1]}, tmp_path, progress=False)
+
+
+def test_a_large_grid_needs_yes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "papermill", None)
+    assert main([str(SEEDED), "--grid", "seed=0:1000000", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"the grid has 1000001 points, more than {sweep.MAX_POINTS}: pass --yes" in err
+    assert not any(tmp_path.iterdir())
+    assert sweep.grid_size({"seed": list(range(sweep.MAX_POINTS))}) == sweep.MAX_POINTS  # 200 runs unasked
+    with pytest.raises(UsageError, match="--yes"):
+        run_sweep(SEEDED, {"seed": list(range(sweep.MAX_POINTS + 1))}, tmp_path, progress=False)
+
+
+def test_outside_the_venv_the_sweep_says_which_python(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "papermill", None)
+    assert main([str(FIXTURE), "--grid", "steps=1,2", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert ".venv/bin/python -m attnlib sweep" in err and "make setup" in err and "Traceback" not in err
+
+
+@pytest.mark.notebook
 def test_sweep_end_to_end_keeps_failures_and_resumes(tmp_path):
-    grid = {"steps": [1, -1], "label": ["a", "b"]}  # steps = -1 fails the notebook's validation
-    first = run_sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)
-    assert [r["status"] for r in first.rows] == ["ok", "ok", "failed", "failed"]
-    assert "parameter 'steps' must be an int >= 1" in first.rows[2]["error"]
-    assert first.rows[0]["steps_seen"] == 1 and first.rows[0]["steps_seen_status"] == "passed"
+    """A failed claim and a crash are kept as rows, with their own statuses; the others go on."""
+    grid = {"outcome": ["pass", "claim", "crash"]}
+    first = run_sweep(OUTCOMES, grid, tmp_path, jobs=2, progress=False)
+    assert [r["status"] for r in first.rows] == ["ok", "claims failed", "error"]
+    assert first.exit_code() == 4  # an error outweighs a failed claim
+    assert "RuntimeError: this fixture crashes on purpose" in first.rows[2]["error"]
+    assert first.rows[1]["claim"] == 1.0 and first.rows[1]["claim_status"] == "failed"
+    assert first.rows[1]["claim_margin"] < 0 < first.rows[0]["claim_margin"]  # beyond the bound, inside it
+    assert first.rows[0]["holds"] == 1.0 and first.rows[0]["holds_status"] == "passed"
     table = json.loads(first.json_path.read_text())
-    assert len(table["rows"]) == 4 and first.csv_path.read_text().count("\n") == 5
-    done = sorted(tmp_path.glob("points/steps=1_*.json"))
-    stamps = [p.stat().st_mtime_ns for p in done]
-    again = run_sweep(FIXTURE, grid, tmp_path, jobs=2, progress=False)  # resume: only failed points rerun
-    assert [p.stat().st_mtime_ns for p in done] == stamps
-    assert [r["status"] for r in again.rows] == ["ok", "ok", "failed", "failed"]
+    assert len(table["rows"]) == 3 and len(list(csv.DictReader(first.csv_path.open()))) == 3
+    done = {p: p.stat().st_mtime_ns for p in tmp_path.glob("points/*.json") if "crash" not in p.name}
+    assert len(done) == 2
+    again = run_sweep(OUTCOMES, grid, tmp_path, jobs=2, progress=False)  # resume: only the crash reruns
+    assert {p: p.stat().st_mtime_ns for p in done} == done
+    assert [r["status"] for r in again.rows] == ["ok", "claims failed", "error"]
+
+
+@pytest.mark.notebook
+def test_a_smaller_grid_never_shrinks_the_table(tmp_path, capsys):
+    """5 rows, then a 2-point grid into the same folder: the table keeps all 5 (and runs nothing)."""
+    assert main([str(SEEDED), "--grid", "seed=0:4", "--jobs", "2", "--no-progress", "--out", str(tmp_path)]) == 1
+    first = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [(r["seed"], r["status"]) for r in first] == [
+        (0, "ok"),
+        (1, "claims failed"),  # odd seeds fail a check: data, exit code 1, not an error
+        (2, "ok"),
+        (3, "claims failed"),
+        (4, "ok"),  # seed 4's check is not applicable
+    ]
+    capsys.readouterr()
+    assert main([str(SEEDED), "--grid", "seed=0:1", "--no-progress", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "2 already done, 0 to run; 3 rows of earlier grids kept" in err
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert len(rows) >= 5
+    assert sorted((r["seed"], r["status"], r["odd_fails_status"]) for r in rows) == sorted(
+        (r["seed"], r["status"], r["odd_fails_status"]) for r in first
+    )
+    assert len(list(csv.DictReader((tmp_path / "results.csv").open()))) == 5
+
+
+def test_an_unreadable_table_is_not_overwritten(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "papermill", None)
+    (tmp_path / "results.json").write_text("{not json")
+    with pytest.raises(UsageError, match="cannot be read"):
+        run_sweep(FIXTURE, {"steps": [1]}, tmp_path, progress=False)
+    assert (tmp_path / "results.json").read_text() == "{not json"
 
 
 def test_interrupted_sweep_keeps_finished_points(tmp_path):

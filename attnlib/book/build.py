@@ -229,9 +229,12 @@ def _mirror_tree(source: Path, target: Path) -> None:
         _copy_if_changed(source / relative, target / relative)
 
 
-def stage_sources(root: Path) -> Path:
-    """Copy the book's text sources and the vendored browser assets into the stage; return its path."""
-    stage = root / STAGE_DIR
+def stage_sources(root: Path, stage: Path | None = None) -> Path:
+    """Copy the book's text sources and the vendored browser assets into the stage; return its path.
+
+    ``stage`` defaults to ``_build/stage``; ``python -m attnlib run --html`` stages a one-page book elsewhere.
+    """
+    stage = root / STAGE_DIR if stage is None else stage
     for name in ("_config.yml", "_toc.yml"):
         _copy_if_changed(root / name, stage / name)
     _mirror_tree(root / "book", stage / "book")
@@ -255,7 +258,7 @@ class ExecutionResult:
     """What happened to one notebook in a build."""
 
     notebook: Path  # relative to the root
-    status: str  # "ok", "failed" or "up to date"
+    status: str  # "up to date", or a run's status: "ok", "claims failed", "error", ... (attnlib.book.run.STATUSES)
     duration_s: float
     checks_passed: int
     checks_total: int
@@ -268,7 +271,7 @@ class ExecutionResult:
 
     @property
     def ok(self) -> bool:
-        return self.status != "failed" and self.checks_failed == 0
+        return self.status in ("ok", "up to date") and self.checks_failed == 0
 
     @property
     def reason(self) -> str:

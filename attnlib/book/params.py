@@ -6,6 +6,11 @@ A chapter's validation cell is one :func:`validate` call over its ``parameters``
                 loss=al.one_of("logistic", "exponential"),
                 n_values=al.list_of(al.integer(minimum=1), min_length=1))
 
+Each spec also says what it accepts, for ``python -m attnlib run NOTEBOOK --list-parameters``:
+``allowed`` (the words of the error message) and ``kind`` (``int``, ``float``, ``choice``, ``bool``,
+``str``, ``list of ...``); numbers carry ``bounds``, choices ``choices``, lists ``length`` and
+``element``.
+
 Every spec raises ``ValueError`` naming the parameter (a list element by its index,
 ``n_values[2]``) and the allowed values; the run command reports it and exits 1.
 
@@ -19,6 +24,8 @@ ValueError: parameter 'steps' must be an int >= 1, got 0
 Traceback (most recent call last):
 ...
 ValueError: parameter 'sizes[1]' must be an int >= 1, got -1
+>>> spec = real(minimum=0, above=None); spec.kind, spec.allowed
+('float', 'a float >= 0')
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ def _number(kind: type, minimum, maximum, above) -> Spec:
         return value
 
     check.allowed = allowed
+    check.kind = kind.__name__
+    check.bounds = {"minimum": minimum, "maximum": maximum, "above": above}
     return check
 
 
@@ -86,6 +95,8 @@ def one_of(*choices) -> Spec:
         return value
 
     check.allowed = allowed
+    check.kind = "bool" if len(choices) == 2 and all(isinstance(c, bool) for c in choices) else "choice"
+    check.choices = list(choices)
     return check
 
 
@@ -103,6 +114,7 @@ def text() -> Spec:
         return value
 
     check.allowed = "a str"
+    check.kind = "str"
     return check
 
 
@@ -122,6 +134,9 @@ def list_of(element: Spec, min_length: int = 0, max_length: int | None = None) -
         return value
 
     check.allowed = allowed
+    check.kind = f"list of {getattr(element, 'kind', 'values')}"
+    check.length = {"min_length": min_length, "max_length": max_length}
+    check.element = element
     return check
 
 

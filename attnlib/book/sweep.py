@@ -5,11 +5,16 @@
 Each point is executed with :func:`attnlib.book.run.execute_notebook` (the same path as ``run`` and the
 book) into ``OUT/points/<name>.ipynb`` with its JSON summary beside it, and the whole sweep is
 collected into ``OUT/results.csv`` and ``OUT/results.json``: one row per point with its
-parameters, status, error, duration and every recorded check (value and verdict).
+parameters, status, error, duration and every recorded check (value, verdict and its margin to the bound).
 
 Nothing is lost:
 
-- grids are validated against the notebook's ``parameters`` cell before anything runs;
+- grids are validated before anything runs: names against the notebook's ``parameters`` cell,
+  values against its ``al.validate`` specs (a malformed value such as ``seed=0:`` or ``seed=0;2``
+  is refused with the reason, before any kernel starts); a grid of more than :data:`MAX_POINTS`
+  points needs ``--yes``;
+- the results table never shrinks: rows of an earlier run into the same folder that the new grid
+  does not cover are kept (rerunning with a smaller grid adds nothing and loses nothing);
 - a failed point is recorded with its error and the others go on;
 - every finished point's files are written atomically as soon as it finishes, and the tables are
   rewritten after each point, so an interrupted sweep (Ctrl-C, a killed process) keeps them;
@@ -30,6 +35,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import re
 import sys
@@ -44,12 +50,27 @@ from .build import execution_digest
 from .checks import status_of
 from .files import log as _log
 from .files import write_atomically, write_json_atomically
-from .run import EXIT_FAILED, EXIT_USAGE, UsageError, execute_notebook, notebook_parameters
+from .run import (
+    ERROR,
+    EXIT_CLAIMS_FAILED,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID_PARAMETER,
+    EXIT_USAGE,
+    OK,
+    ParameterError,
+    UsageError,
+    check_values,
+    execute_notebook,
+    notebook_parameters,
+    require_jupyter,
+)
 from .run import parse_value as _parse_literal
 
-__all__ = ["SweepPoint", "SweepResult", "parse_grid", "grid_points", "run_sweep", "main"]
+__all__ = ["MAX_POINTS", "SweepPoint", "SweepResult", "grid_size", "parse_grid", "grid_points", "run_sweep", "main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MAX_POINTS = 200  # a larger grid runs only when asked for (--yes): 200 chapter runs are hours
 
 
 def _split_values(text: str) -> list[str]:
@@ -76,6 +97,29 @@ def _split_values(text: str) -> list[str]:
 _RANGE = re.compile(r"^(-?\d+):(-?\d+)(?::(\d+))?$")
 
 
+def _refuse_malformed(spec: str, text: str, name: str, default) -> None:
+    """A clear message for values that cannot be what was meant (before any literal parsing)."""
+    if ";" in text:
+        raise UsageError(f"malformed grid {spec!r}: separate values with commas (NAME=V1,V2), not ';'")
+    if ":" in text and not any(ch in text for ch in "'\"[({"):
+        raise UsageError(
+            f"malformed range in grid {spec!r}: expected A:B or A:B:STEP with integers A <= B (B included), "
+            f"for example {name}=0:9"
+        )
+
+
+def _refuse_wrong_kind(spec: str, name: str, values: list, default) -> None:
+    """A string where the notebook's default is a number (``seed=a``) is refused by name."""
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        for value in values:
+            if isinstance(value, str):
+                kind = type(default).__name__
+                raise UsageError(
+                    f"malformed grid {spec!r}: parameter {name!r} takes {kind} values (default {default!r}), "
+                    f"got {value!r}"
+                )
+
+
 def parse_grid(specs: Iterable[str], defaults: dict) -> dict[str, list]:
     """Parse ``NAME=V1,V2,...`` and ``NAME=A:B[:STEP]`` (integers A to B *inclusive*) specs.
 
@@ -97,6 +141,8 @@ def parse_grid(specs: Iterable[str], defaults: dict) -> dict[str, list]:
         if name in grid:
             raise UsageError(f"parameter {name!r} appears in two grids; give all its values in one")
         match = _RANGE.match(text.strip())
+        if not match:
+            _refuse_malformed(spec, text.strip(), name, defaults[name])
         if match:
             start, stop, step = int(match[1]), int(match[2]), int(match[3] or 1)
             if step < 1 or stop < start:
@@ -107,10 +153,20 @@ def parse_grid(specs: Iterable[str], defaults: dict) -> dict[str, list]:
             if any(not r for r in raw):
                 raise UsageError(f"malformed grid {spec!r}: empty value between commas")
             values = [_parse_literal(r) for r in raw]
+            _refuse_wrong_kind(spec, name, values, defaults[name])
         grid[name] = values
     if not grid:
         raise UsageError("a sweep needs at least one --grid NAME=V1,V2,...")
     return grid
+
+
+def grid_size(grid: dict[str, list]) -> int:
+    """How many points the Cartesian product has (without building it).
+
+    >>> grid_size({"seed": [0, 1, 2], "lr": [0.1, 0.2]})
+    6
+    """
+    return math.prod(len(values) for values in grid.values())
 
 
 def grid_points(grid: dict[str, list]) -> list[dict]:
@@ -152,7 +208,8 @@ def _is_done(point: SweepPoint) -> dict | None:
         summary = json.loads(point.summary.read_text())
     except (OSError, ValueError):
         return None
-    return summary if summary.get("status") == "ok" else None
+    # A failed claim is a result (the same code gives the same verdict): done. An error is run again.
+    return summary if summary.get("status") in (OK, "claims failed") else None
 
 
 def _run_point(notebook: str, point: SweepPoint) -> dict:
@@ -163,7 +220,7 @@ def _run_point(notebook: str, point: SweepPoint) -> dict:
         summary = {
             "notebook": notebook,
             "parameters": point.parameters,
-            "status": "failed",
+            "status": ERROR,
             "error": f"{type(exc).__name__}: {exc}",
             "duration_s": None,
             "checks": [],
@@ -180,6 +237,8 @@ def _row(point: SweepPoint, summary: dict | None) -> dict:
     for check in summary.get("checks", []):
         row[check["name"]] = check["value"]
         row[f"{check['name']}_status"] = status_of(check)
+        if check.get("margin") is not None:  # the value's distance inside its bound (negative: beyond it)
+            row[f"{check['name']}_margin"] = check["margin"]
     return row
 
 
@@ -191,9 +250,51 @@ class SweepResult:
     csv_path: Path
     json_path: Path
 
+    kept: int = 0  # rows of earlier runs into the same folder that this grid does not cover
+
     @property
     def failed(self) -> list[dict]:
-        return [r for r in self.rows if r["status"] != "ok"]
+        return [r for r in self.rows if r["status"] != OK]
+
+    def exit_code(self) -> int:
+        """0 every point ok; 1 some claims failed and nothing else went wrong; 4 some point errored."""
+        statuses = {r["status"] for r in self.rows if r["status"] != OK}
+        if not statuses:
+            return 0
+        return EXIT_CLAIMS_FAILED if statuses == {"claims failed"} else EXIT_ERROR
+
+
+def _earlier_rows(out: Path, points: list[SweepPoint]) -> list[dict]:
+    """Rows of ``out/results.json`` (an earlier run into the same folder) for points not in ``points``.
+
+    Each keeps what its own summary says now (a point may have finished after the table was last
+    written); a table that cannot be read is an error, never silently replaced.
+    """
+    table = out / "results.json"
+    if not table.exists():
+        return []
+    try:
+        rows = json.loads(table.read_text(encoding="utf-8"))["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(
+            f"{table} exists but cannot be read ({exc}); it would be overwritten: move it away or choose another --out"
+        ) from None
+    current = {p.output.stem for p in points}
+    kept = []
+    for row in rows:
+        if row.get("point") in current:
+            continue
+        summary_file = out / "points" / f"{row.get('point')}.json"
+        try:
+            summary = json.loads(summary_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            summary = None
+        if summary is not None:
+            names = [k for k in row if k in summary.get("parameters", {})]
+            point = SweepPoint({k: summary["parameters"][k] for k in names}, "", summary_file.with_suffix(".ipynb"))
+            row = _row(point, summary)
+        kept.append(row)
+    return kept
 
 
 def _write_tables(out: Path, notebook: str, grid: dict, rows: list[dict]) -> tuple[Path, Path]:
@@ -244,6 +345,7 @@ def run_sweep(
     backend: str = "local",
     scheduler: str | None = None,
     progress: bool = True,
+    max_points: int | None = MAX_POINTS,
 ) -> SweepResult:
     """Run ``notebook`` at every point of ``grid`` (a dict NAME → list of values).
 
@@ -253,9 +355,14 @@ def run_sweep(
         backend: "local" (processes on this machine) or "dask".
         scheduler: address of a running Dask scheduler (implies the Dask backend).
         progress: show a progress bar over points.
+        max_points: refuse a larger grid (``None``: no limit; the command line's ``--yes``).
+
+    Rows of an earlier sweep into ``out`` that this grid does not cover are kept in the tables.
 
     Raises:
-        UsageError: before anything runs, for unknown parameters or bad arguments.
+        UsageError: before anything runs, for unknown parameters, bad arguments or a grid above
+            ``max_points``.
+        ParameterError: before anything runs, for a point whose values the notebook's specs refuse.
     """
     notebook = Path(notebook)
     defaults = notebook_parameters(notebook)
@@ -268,15 +375,31 @@ def run_sweep(
         raise UsageError(f"jobs must be a positive integer, got {jobs!r}")
     if backend not in ("local", "dask"):
         raise UsageError(f"backend must be 'local' or 'dask', got {backend!r}")
+    size = grid_size(grid)
+    if max_points is not None and size > max_points:
+        raise UsageError(
+            f"the grid has {size} points, more than {max_points}: pass --yes (run_sweep(max_points=None)) "
+            "to run them all"
+        )
+    for parameters in grid_points(grid):
+        try:
+            check_values(notebook, parameters)
+        except ParameterError as exc:
+            raise ParameterError(f"{exc} (at the grid point {parameters})") from None
     out = Path(out) if out is not None else PROJECT_ROOT / "_build" / "sweeps" / notebook.stem
     points = _points(notebook, grid, out)
+    earlier = _earlier_rows(out, points)
+    require_jupyter("sweep")
     summaries: dict[str, dict | None] = {p.key: _is_done(p) for p in points}
     todo = [p for p in points if summaries[p.key] is None]
-    _log(f"sweep {notebook}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run")
+    _log(
+        f"sweep {notebook}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run"
+        + (f"; {len(earlier)} rows of earlier grids kept in the table" if earlier else "")
+    )
 
     def record(point: SweepPoint, summary: dict) -> None:
         summaries[point.key] = summary
-        _write_tables(out, str(notebook), grid, [_row(p, summaries[p.key]) for p in points])
+        _write_tables(out, str(notebook), grid, [_row(p, summaries[p.key]) for p in points] + earlier)
 
     out.mkdir(parents=True, exist_ok=True)
     bar = None
@@ -298,11 +421,11 @@ def run_sweep(
                 try:
                     summary = future.result()
                 except Exception as exc:  # the worker itself died
-                    summary = {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "duration_s": None}
+                    summary = {"status": ERROR, "error": f"{type(exc).__name__}: {exc}", "duration_s": None}
                 record(point, summary)
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(failed=sum(1 for s in summaries.values() if s and s["status"] != "ok"))
+                    bar.set_postfix(failed=sum(1 for s in summaries.values() if s and s["status"] != OK))
     finally:
         if bar is not None:
             bar.close()
@@ -312,20 +435,32 @@ def run_sweep(
             executor.close()
         if cluster is not None:
             cluster.close()
-        rows = [_row(p, summaries[p.key]) for p in points]
+        rows = [_row(p, summaries[p.key]) for p in points] + earlier
         csv_path, json_path = _write_tables(out, str(notebook), grid, rows)
-    return SweepResult(rows, csv_path, json_path)
+    return SweepResult(rows, csv_path, json_path, kept=len(earlier))
+
+
+SWEEP_EXIT_CODES_HELP = f"""exit codes:
+  0    every point ran ok
+  1    some points' claims failed (their rows say which checks), no point errored
+  2    refused before any kernel started: unknown or repeated name, malformed value, a grid above
+       {MAX_POINTS} points without --yes, or a Python without Jupyter (use .venv/bin/python, made by `make setup`)
+  3    a grid point has a value the notebook's al.validate spec refuses (nothing was run)
+  4    some point stopped with an error, a timeout or an invalid parameter found by the notebook
+  130  interrupted (Ctrl-C): finished points are kept; rerun the same command to resume"""
 
 
 def _parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m attnlib sweep",
         description=__doc__.split("\n\n", 2)[0]
-        + "\n\nEach point runs the notebook once with papermill; results go to OUT/results.csv and OUT/results.json.",
+        + "\n\nEach point runs the notebook once with papermill; results go to OUT/results.csv and OUT/results.json. "
+        "A rerun into the same folder resumes, and keeps the rows of earlier grids.",
         epilog=(
             "example:\n"
             "  python -m attnlib sweep notebooks/04_joint_training.ipynb --grid seed=0:3 --jobs 2\n"
-            "  (4 points, written to _build/sweeps/04_joint_training; rerun the same command to resume)"
+            "  (4 points, written to _build/sweeps/04_joint_training; rerun the same command to resume)\n\n"
+            + SWEEP_EXIT_CODES_HELP
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -339,15 +474,16 @@ def _parse_args(argv):
         "repeat for several parameters (Cartesian product)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="points run at once (default 1)")
-    parser.add_argument("-o", "--out", help="output folder (default _build/sweeps/NOTEBOOK)")
+    parser.add_argument("-o", "--out", "--output", dest="out", help="output folder (default _build/sweeps/NOTEBOOK)")
     parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--yes", action="store_true", help=f"run a grid of more than {MAX_POINTS} points")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: exit 0 if every point ran ok, 1 if some failed, 2 if refused before running."""
+    """Command line; the exit codes are :data:`SWEEP_EXIT_CODES_HELP`."""
     args = _parse_args(argv)
     start = time.perf_counter()
     try:
@@ -355,18 +491,31 @@ def main(argv: list[str] | None = None) -> int:
         if defaults is None:
             raise UsageError(f"{args.notebook} has no cell tagged 'parameters', so it cannot be swept")
         grid = parse_grid(args.grid, defaults)
-        result = run_sweep(args.notebook, grid, args.out, args.jobs, args.backend, args.scheduler, not args.no_progress)
+        result = run_sweep(
+            args.notebook,
+            grid,
+            args.out,
+            args.jobs,
+            args.backend,
+            args.scheduler,
+            not args.no_progress,
+            max_points=None if args.yes else MAX_POINTS,
+        )
+    except ParameterError as exc:
+        print(f"invalid parameter: {exc} (nothing was run; see run NOTEBOOK --list-parameters)", file=sys.stderr)
+        return EXIT_INVALID_PARAMETER
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted: finished points are kept; rerun the same command to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     failed = result.failed
     _log(
-        f"{len(result.rows) - len(failed)}/{len(result.rows)} points ok in {time.perf_counter() - start:.1f} s; "
-        f"table: {result.csv_path}"
+        f"{len(result.rows) - len(failed)}/{len(result.rows)} rows ok in {time.perf_counter() - start:.1f} s"
+        + (f" ({result.kept} kept from earlier grids)" if result.kept else "")
+        + f"; table: {result.csv_path}"
     )
     for row in failed:
-        _log(f"  failed {row['point']}: {row['error']}")
-    return EXIT_FAILED if failed else 0
+        _log(f"  {row['status']} {row['point']}: {row['error'] or 'see its checks'}")
+    return result.exit_code()

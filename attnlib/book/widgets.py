@@ -390,10 +390,25 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def explorer_mode(mode: str | None = None) -> str:
-    """``"static"`` or ``"live"``: ``mode`` if given, else ``$ATTNLIB_EXPLORERS``, else live in a kernel.
+def _frontend_answers() -> bool:
+    """True when the running cell was sent by a frontend that answers the kernel (``allow_stdin``).
 
-    Outside a kernel (a script, a unit test) there is nobody to call back, so the default is static.
+    JupyterLab, the Notebook and VS Code send every execution with ``allow_stdin=True``; nbclient,
+    under papermill and ``jupyter nbconvert --execute``, sends ``allow_stdin=False``: nobody is there
+    to move a slider, and the saved notebook should carry the precomputed explorer.
+    """
+    from IPython import get_ipython
+
+    kernel = getattr(get_ipython(), "kernel", None)
+    return bool(getattr(kernel, "_allow_stdin", False))
+
+
+def explorer_mode(mode: str | None = None) -> str:
+    """``"static"`` or ``"live"``: ``mode`` if given, else ``$ATTNLIB_EXPLORERS``, else live in a
+    kernel driven by a frontend (JupyterLab) and static otherwise.
+
+    Outside a kernel (a script, a unit test) there is nobody to call back, and a raw papermill or
+    nbconvert run has no frontend (:func:`_frontend_answers`), so the default there is static.
     """
     if mode is None:
         mode = os.environ.get(EXPLORERS_ENV, "").strip().lower() or None
@@ -401,7 +416,7 @@ def explorer_mode(mode: str | None = None) -> str:
     else:
         source = "mode"
     if mode is None:
-        return "live" if _in_kernel() else "static"
+        return "live" if _in_kernel() and _frontend_answers() else "static"
     if mode not in MODES:
         raise ValueError(f"{source} must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
     return mode
