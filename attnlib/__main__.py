@@ -2,13 +2,14 @@
 
 import sys
 
-USAGE = """usage: python -m attnlib {run,sweep,robustness,book} ...
+USAGE = """usage: python -m attnlib {run,sweep,robustness,book,pdf} ...
 
 commands:
   run    execute a notebook with parameters changed:  run NOTEBOOK -p NAME VALUE ... -o OUT.ipynb
   sweep  execute a notebook over a grid of parameters:  sweep NOTEBOOK --grid NAME=V1,V2 ... --jobs N
   robustness  sweep every theorem chapter over fresh seeds into book/robustness/:  robustness --seeds A:B
   book   execute the book's notebooks (only those that changed) and build the site in _build/html
+  pdf    print the built book as one PDF, _build/pdf/attnlib-book.pdf (after `book`; needs Chromium)
 
 python -m attnlib COMMAND --help describes each command."""
 
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         from .book.robustness import main as command_main
     elif command == "book":
         from .book.build import main as command_main
+    elif command == "pdf":
+        from .book.pdf import main as command_main
     else:
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
