@@ -14,7 +14,12 @@ __all__ = ["CITATION_FILE", "bibtex", "citation_markdown", "load_citation", "ref
 
 CITATION_FILE = "CITATION.cff"
 # CFF work types -> BibTeX entry types (biblatex has @software; the rest are classic BibTeX).
-_ENTRY_TYPES = {"software": "software", "conference-paper": "inproceedings", "article": "article", "unpublished": "misc"}
+_ENTRY_TYPES = {
+    "software": "software",
+    "conference-paper": "inproceedings",
+    "article": "article",
+    "unpublished": "misc",
+}
 
 
 def load_citation(path: str | Path) -> dict:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import html
+import io
 import os
 import re
 import shutil
@@ -132,7 +132,7 @@ _PROBLEMS_JS = r"""
   const errors = document.querySelectorAll('mjx-merror');
   errors.forEach(e => problems.push('MathJax error: ' + (e.getAttribute('data-mjx-error') || e.textContent)));
   document.querySelectorAll('.math').forEach(m => {
-    if (!m.querySelector('mjx-container') && m.tagName !== 'MJX-CONTAINER') problems.push('untypeset math: ' + m.textContent.slice(0, 80));
+    if (!m.querySelector('mjx-container')) problems.push('untypeset math: ' + m.textContent.slice(0, 80));
   });
   const article = document.querySelector('.bd-article').cloneNode(true);
   article.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
@@ -142,7 +142,9 @@ _PROBLEMS_JS = r"""
       problems.push('raw text: ' + text.slice(Math.max(0, match.index - 40), match.index + 60).replace(/\s+/g, ' '));
     }
   }
-  document.querySelectorAll('img').forEach(i => { if (!i.naturalWidth) problems.push('image not loaded: ' + i.src.slice(0, 120)); });
+  document.querySelectorAll('img').forEach(i => {
+    if (!i.naturalWidth) problems.push('image not loaded: ' + i.src.slice(0, 120));
+  });
   return problems;
 }
 """
@@ -192,7 +194,9 @@ _FRONT_MATTER_JS = """
 """
 
 _SET_PAGES_JS = """
-(pages) => document.querySelectorAll('.attnlib-print-contents .page').forEach((span, i) => { span.textContent = pages[i]; })
+(pages) => document.querySelectorAll('.attnlib-print-contents .page').forEach((span, i) => {
+  span.textContent = pages[i];
+})
 """
 
 _HEADER = '<div style="font-size:7pt;color:#777;width:100%;text-align:center;font-family:sans-serif">{title}</div>'
