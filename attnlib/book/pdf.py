@@ -14,10 +14,11 @@ From the repository root, after ``python -m attnlib book`` (``make pdf`` runs it
 3. **Print.** A print style sheet (:data:`PRINT_CSS`) hides the navigation and sidebars, lets wide
    tables, code and equations wrap or shrink instead of being clipped, starts every chapter on a new
    page and keeps theorem boxes and figures whole. A title page and a table of contents are added;
-   Chromium prints twice: an invisible marker at each chapter's heading shows, in the first print's
-   text, the page on which the chapter starts; the second print, without the markers, writes those
-   pages into the table of contents. Pages carry the book's title and ``page / pages``; the PDF has
-   bookmarks (its outline) for every heading.
+   Chromium prints twice: the first print's links from the table of contents to the chapters (PDF
+   named destinations) give the page on which each chapter starts, which the second print writes
+   into the table of contents. Pages carry the book's
+   title and ``page / pages``. (No PDF outline: Chromium writes one only into a tagged PDF, which
+   doubled the file and the print time.)
 4. **Publish.** The PDF is written atomically to ``_build/pdf/attnlib-book.pdf`` and copied into the
    site, ``_build/html/attnlib-book.pdf``, where the introduction links it. A PDF whose inputs (the
    staged book, this module, the Chromium used) have not changed is not printed again, only copied.
@@ -30,7 +31,6 @@ import hashlib
 import html
 import io
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -69,7 +69,10 @@ PRINT_CSS = """
   .bd-header, .bd-header-announcement, .bd-sidebar-primary, .bd-sidebar-secondary, .bd-footer,
   .bd-footer-article, .bd-footer-content, .header-article, .prev-next-area, .headerlink,
   #pst-back-to-top, .skip-link, .copybtn, .toctree-wrapper > p.caption, .attnlib-slider-controls,
-  .animation .anim-controls, .anim-buttons, .anim-state, .attnlib-no-print { display: none !important; }
+  .animation .anim-controls, .anim-buttons, .anim-state, .attnlib-no-print,
+  #jb-print-docs-body { display: none !important; }
+  /* The theme prints a page's title in its own header (hidden above); the book's title page replaces it. */
+  .bd-article section > h1 { display: block !important; }
   /* The article takes the whole text width; nothing scrolls, so nothing is cut off. */
   html, body, .bd-container, .bd-container__inner, .bd-page-width, .bd-main, .bd-content,
   .bd-article-container, .bd-article { display: block !important; max-width: none !important;
@@ -80,17 +83,18 @@ PRINT_CSS = """
   mjx-container { overflow: visible !important; max-height: none !important; }
   pre { white-space: pre-wrap !important; overflow-wrap: anywhere; overflow: visible !important; }
   table { width: 100% !important; max-width: 100% !important; table-layout: auto; }
-  table td, table th { overflow-wrap: anywhere; white-space: normal !important; }
+  table td, table th { overflow-wrap: break-word; white-space: normal !important; }
   img { max-width: 100% !important; height: auto !important; }
   /* Every chapter (and reference page) on a new page; boxes and figures kept whole. */
-  .toctree-wrapper > section, .attnlib-print-contents { break-before: page; }
-  figure, div.proof, div.theorem, div.admonition, .cell_output img, .attnlib-slider, tr { break-inside: avoid; }
+  .bd-article > section, .toctree-wrapper > section, .attnlib-print-contents { break-before: page; }
+  figure, div.proof, div.admonition, .cell_output img, .attnlib-slider, tr { break-inside: avoid; }
   h1, h2, h3, h4, figcaption, .caption { break-after: avoid; }
-  /* Collapsed code stays collapsed: its "show" toggle means nothing on paper. */
-  details.hide > summary, .toggle-hidden, button.toggle-button { display: none !important; }
+  /* Collapsed code (hide-input) is left out: its "show" toggle means nothing on paper. */
+  details.hide, .toggle-hidden, button.toggle-button { display: none !important; }
   /* The title page and the table of contents added by attnlib.book.pdf. */
   .attnlib-print-title { text-align: center; padding-top: 30%; break-after: page; }
-  .attnlib-print-title h1 { font-size: 2.2em; margin-bottom: 0.6em; }
+  .attnlib-print-booktitle { font-size: 2.4em; line-height: 1.2; margin-bottom: 1.2em; }
+  .attnlib-print-heading { font-size: 2em; margin: 0 0 0.8em; }
   .attnlib-print-title p { font-size: 1.1em; color: #444; }
   .attnlib-print-contents ol { list-style: none; padding-left: 0; }
   .attnlib-print-contents li { display: flex; gap: 0.5em; margin: 0.35em 0; }
@@ -100,29 +104,19 @@ PRINT_CSS = """
 """
 
 # The documents of the book, in reading order: the root page (its h1) and then every page that its
-# table of contents pulls in (a section under .toctree-wrapper in the single-page build). Each
-# heading gets an invisible marker (out of the flow, so the layout does not change) that the first
-# print's text shows on the page where the document starts.
+# table of contents pulls in (a section under .toctree-wrapper in the single-page build).
 _DOCUMENTS_JS = """
 () => {
   const root = document.querySelector('.bd-article section');
   const pages = [root, ...document.querySelectorAll('.toctree-wrapper > section')];
   return pages.map((section, index) => {
     section.id = section.id || `attnlib-page-${index}`;
-    const heading = section.querySelector('h1, h2');
-    const copy = heading.cloneNode(true);
-    copy.querySelectorAll('.headerlink').forEach(e => e.remove());
-    const mark = document.createElement('span');
-    mark.className = 'attnlib-print-mark';
-    mark.style.cssText = 'position:absolute;font-size:3px;color:#fff;white-space:nowrap';
-    mark.textContent = `@@attnlib-page-${index}@@`;
-    heading.prepend(mark);
-    return {id: section.id, title: copy.innerText.trim(), html: copy.innerHTML};
+    const heading = section.querySelector('h1, h2').cloneNode(true);
+    heading.querySelectorAll('.headerlink').forEach(e => e.remove());
+    return {id: section.id, title: heading.innerText.trim(), html: heading.innerHTML};
   });
 }
 """
-_UNMARK_JS = "() => document.querySelectorAll('.attnlib-print-mark').forEach(e => e.remove())"
-_MARK = re.compile(r"@@attnlib-page-(\d+)@@")
 
 # What a reader would see broken: formulas MathJax could not typeset (an error box, or TeX left as
 # text), raw TeX or an unresolved glue role in the text, images that did not load.
@@ -137,7 +131,8 @@ _PROBLEMS_JS = r"""
   const article = document.querySelector('.bd-article').cloneNode(true);
   article.querySelectorAll('pre, code, script, style, mjx-container, .highlight').forEach(e => e.remove());
   const text = article.textContent;
-  for (const pattern of [/\$[^$\s][^$]*?\$/g, /\\begin\{/g, /\\frac/g, /\{glue/g, /\\\(/g, /\\\[/g]) {
+  // $…$ or a TeX command (\\frac, \\top, \\begin, \\( …) as text, or a glue role left unresolved.
+  for (const pattern of [/\$[^$\s][^$]*?\$/g, /\\[A-Za-z]+|\\[([]/g, /\{glue/g]) {
     for (const match of text.matchAll(pattern)) {
       problems.push('raw text: ' + text.slice(Math.max(0, match.index - 40), match.index + 60).replace(/\s+/g, ' '));
     }
@@ -159,7 +154,7 @@ _FIT_JS = """
   });
   document.querySelectorAll('.bd-article *').forEach(e => {
     const r = e.getBoundingClientRect();
-    if (r.width > 0 && r.right > width + 2 && !e.closest('mjx-container, .attnlib-print-mark')) {
+    if (r.width > 0 && r.right > width + 2 && !e.closest('mjx-container')) {
       tooWide.push(`${e.tagName.toLowerCase()}.${e.className}: ${Math.round(r.right)} px > ${width} px`);
     }
   });
@@ -174,12 +169,13 @@ _FRONT_MATTER_JS = """
   front.className = 'attnlib-print-front';
   const cover = document.createElement('div');
   cover.className = 'attnlib-print-title';
-  cover.innerHTML = `<h1></h1>` + lines.map(() => '<p></p>').join('');
-  cover.querySelector('h1').textContent = title;
+  // Not h1: the theme's print style sheet hides the article's h1 (it prints its own page header).
+  cover.innerHTML = '<div class="attnlib-print-booktitle"></div>' + lines.map(() => '<p></p>').join('');
+  cover.querySelector('.attnlib-print-booktitle').textContent = title;
   cover.querySelectorAll('p').forEach((p, i) => { p.textContent = lines[i]; });
   const contents = document.createElement('nav');
   contents.className = 'attnlib-print-contents';
-  contents.innerHTML = '<h1>Contents</h1><ol></ol>';
+  contents.innerHTML = '<div class="attnlib-print-heading">Contents</div><ol></ol>';
   for (const doc of documents) {
     const item = document.createElement('li');
     item.innerHTML = '<a></a><span class="dots"></span><span class="page">000</span>';
@@ -222,18 +218,19 @@ class PdfReport:
     printed: bool = True  # False when the PDF was up to date and only copied
 
 
-def _first_pages(pdf_bytes: bytes, documents: int) -> list[int]:
-    """The page (from 1) on which each document's marker (:data:`_DOCUMENTS_JS`) was printed."""
+def _first_pages(pdf_bytes: bytes, ids: list[str]) -> list[int]:
+    """The page (from 1) on which each of the elements ``ids`` starts in a PDF printed by Chromium,
+    which writes a named destination for every element with an id that a link points to."""
     from pypdf import PdfReader  # only `make pdf` needs pypdf
 
-    found: dict[int, int] = {}
-    for number, page in enumerate(PdfReader(io.BytesIO(pdf_bytes)).pages, start=1):
-        for match in _MARK.finditer(page.extract_text()):
-            found.setdefault(int(match.group(1)), number)
-    missing = [index for index in range(documents) if index not in found]
+    reader = PdfReader(io.BytesIO(pdf_bytes))
+    destinations = reader.named_destinations
+    missing = [name for name in ids if f"/{name}" not in destinations and name not in destinations]
     if missing:
-        raise PdfError(f"documents {missing} left no marker in the printed PDF: cannot number the table of contents")
-    return [found[index] for index in range(documents)]
+        raise PdfError(f"the printed PDF has no destination for {missing}: cannot number the table of contents")
+    return [
+        reader.get_destination_page_number(destinations.get(f"/{name}", destinations.get(name))) + 1 for name in ids
+    ]
 
 
 def print_pdf(page_html: Path, output: Path, chromium: str, title: str, cover_lines: list[str]) -> PdfReport:
@@ -282,12 +279,9 @@ def print_pdf(page_html: Path, output: Path, chromium: str, title: str, cover_li
                 display_header_footer=True,
                 header_template=_HEADER.format(title=html.escape(title)),
                 footer_template=_FOOTER,
-                outline=True,
-                tagged=True,
             )
             first_print = page.pdf(**options)
-            first = _first_pages(first_print, len(documents))
-            page.evaluate(_UNMARK_JS)
+            first = _first_pages(first_print, [document["id"] for document in documents])
             page.evaluate(_SET_PAGES_JS, [str(number) for number in first])
             pdf_bytes = page.pdf(**options)
         finally:
@@ -295,10 +289,10 @@ def print_pdf(page_html: Path, output: Path, chromium: str, title: str, cover_li
     from pypdf import PdfReader
 
     pages = len(PdfReader(io.BytesIO(pdf_bytes)).pages)
-    # Only the numbers of the table of contents changed between the two prints (markers are out of
-    # the flow, "000" was as wide as a page number): the same pages, or the numbers would be wrong.
-    if pages != len(PdfReader(io.BytesIO(first_print)).pages):
-        raise PdfError("the two prints differ in length: the table of contents would be wrong")
+    # Only the numbers of the table of contents changed between the two prints ("000" was as wide
+    # as a page number): the chapters must start on the same pages, or the numbers would be wrong.
+    if _first_pages(pdf_bytes, [document["id"] for document in documents]) != first:
+        raise PdfError("the chapters moved between the two prints: the table of contents would be wrong")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:
@@ -358,7 +352,9 @@ def build_pdf(root: Path | str = ".", chromium: str = DEFAULT_CHROMIUM) -> PdfRe
             page = _single_page(root)
             _log(f"[pdf] rendered in {time.perf_counter() - start:.1f} s; printing with {chromium} ...")
             citation = load_citation(root / CITATION_FILE)
-            cover = [citation["authors"][0].get("name", ""), f"Version {citation['version']}"]
+            authors = ", ".join(author.get("name") or author["family-names"] for author in citation["authors"])
+            printed = time.strftime("%Y-%m-%d", time.gmtime())
+            cover = [authors, f"Version {citation['version']}, printed {printed} from the executed notebooks"]
             report = print_pdf(page, output, chromium, citation["title"], cover)
             stamp.write_text(digest + "\n")
             report = PdfReport(**{**report.__dict__, "duration_s": time.perf_counter() - start})
