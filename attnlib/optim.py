@@ -13,6 +13,11 @@ of order one, so its direction is exact at any ‖θ‖ and ‖θ‖ keeps growi
 trajectory stops, with its step and reason recorded, when a value turns non-finite, the
 gradient is exactly zero, or the Polyak step explodes because ``L*`` is out of reach (a run
 heading to a local selection); the others go on.
+
+Every trainer is here: :func:`train` (p or W, a batch of starts or a stack of problems),
+:func:`train_joint` / :func:`train_joint_problem` / :func:`train_joint_stack` (the attention with
+its head or its decoder, one problem or a stack), :func:`train_kq` (the
+factorisation ``W = K Qᵀ``), :func:`train_many` and the batching planner :func:`train_problems`.
 """
 
 from __future__ import annotations
@@ -26,31 +31,57 @@ import numpy as np
 
 from .model import (
     AttentionProblem,
+    DecoderAttention,
     JointAttention,
     JointProblem,
     ProblemStack,
+    StackedDecoderAttention,
+    StackedJointAttention,
     Terms,
     TokenSelectionProblem,
+    factor_grad,
+    reduce_to_span,
     stack_problems,
+    token_selection,
 )
 
 __all__ = [
+    "METHODS",
     "Stop",
     "BatchRecord",
     "Trajectory",
-    "JointTrajectory",
     "StepRule",
     "GradientDescent",
     "NormalizedGradientDescent",
     "PolyakStep",
     "step_rule",
+    "check_schedule",
+    "record_schedule",
     "train",
+    "JointTrajectory",
     "train_joint",
     "train_joint_problem",
-    "METHODS",
     "log_steps",
     "train_many",
+    "train_joint_stack",
+    "truncate_joint",
+    "NORMALIZATIONS",
+    "FactorTrajectory",
+    "kq_init",
+    "train_kq",
+    "train_problems",
+    "MirrorDescent",
+    "SignDescent",
+    "CoordinateDescent",
+    "SpectralDescent",
+    "Adam",
+    "RuleBlocks",
+    "GEOMETRY_METHODS",
+    "mirror_map",
+    "inverse_mirror_map",
+    "dual_exponent",
 ]
+
 
 METHODS = ("gd", "ngd", "polyak")
 
@@ -76,7 +107,7 @@ class BatchRecord:
         method, lr: the optimizer (``lr`` a number, or (B,) one step size per trajectory).
 
     Subclasses add the parameters, each an array (R, B, ...): :class:`Trajectory` (θ) and
-    :class:`attnlib.FactorTrajectory` (K, Q).
+    :class:`attnlib.optim.FactorTrajectory` (K, Q).
     """
 
     steps: np.ndarray
@@ -140,9 +171,6 @@ class Trajectory(BatchRecord):
         return np.linalg.norm(self.theta.reshape(R, B, -1), axis=-1)
 
 
-# ---------------------------------------------------------------------- step-size and stop rules
-
-
 def _joint_move(g, log_scale, g_norm, method, lr):
     """The move ``η g/‖g‖`` (NGD) or ``η∇`` (GD) for a gradient given as ``exp(log_scale)·g``."""
     safe = np.where(g_norm > 0, g_norm, 1.0)
@@ -153,8 +181,8 @@ def _joint_move(g, log_scale, g_norm, method, lr):
 class StepRule:
     """How a method sizes its step, and when it stops a trajectory for good.
 
-    :func:`train` moves each active trajectory by :meth:`lengths` along ``−∇L/‖∇L‖`` and stops
-    the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
+    :func:`train` moves each active trajectory by :meth:`move` (by default :meth:`lengths` along
+    ``−∇L/‖∇L‖``) and stops the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
     moves of ``(p, v)``. Both trainers also stop a trajectory on a non-finite value or an exactly
     zero gradient, whatever the rule. One rule per method: :class:`GradientDescent`,
     :class:`NormalizedGradientDescent`, :class:`PolyakStep`; :func:`step_rule` maps a method name
@@ -163,6 +191,10 @@ class StepRule:
 
     #: the method's name (``Trajectory.method``).
     name = ""
+    #: whether the rule computes the new parameters itself (:meth:`update`, from θ, the gradient
+    #: and per-trajectory state) instead of a :meth:`move`: the mirror, steepest-descent and Adam
+    #: rules at the end of this module.
+    moves_itself = False
     #: whether the rule needs the loss (``log(L − L*)`` for :meth:`lengths`, ``L`` for
     #: :meth:`joint_moves`) at every step, not only at the recorded ones.
     needs_loss = False
@@ -170,6 +202,29 @@ class StepRule:
     def lengths(self, lrs: np.ndarray, log_grad_norm: np.ndarray, log_gap: np.ndarray | None = None) -> np.ndarray:
         """Step lengths (B,) from step sizes ``lrs`` (B,), ``log ‖∇L‖`` (B,) and, if
         :attr:`needs_loss`, ``log(L − L*)`` (B,)."""
+        raise NotImplementedError
+
+    def move(self, lrs: np.ndarray, log_grad_norm: np.ndarray, log_gap, g: np.ndarray, g_norm: np.ndarray):
+        """The update of :func:`train`: ``(move (B, size), lengths (B,))``, ``θ ← θ − move``.
+
+        The default moves :meth:`lengths` along the unit gradient ``g/‖g‖`` (``∇L = exp(m)·g``).
+        A rule that chooses its own direction (a mirror map, the sign of the gradient, a
+        preconditioner) overrides this and returns its full update with the length it reports
+        to :meth:`stops`.
+        """
+        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
+        length = self.lengths(lrs, log_grad_norm, log_gap)
+        return length[:, None] * unit, length
+
+    def init_state(self, flat: np.ndarray, shape: tuple[int, ...]):
+        """Per-trajectory state of a rule that :attr:`moves_itself` (e.g. Adam's moments); None by default."""
+        return None
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        """New parameters (B, size) from ``flat`` (B, size) and the gradient ``∇L = exp(log_scale)·g``
+        (``log_scale`` (B,), ``g`` (B, size) of order one), step sizes ``lrs`` (B,) and ``state``
+        (updated in place); ``shape`` is the parameter shape. Only for rules that :attr:`moves_itself`.
+        """
         raise NotImplementedError
 
     def stops(self, prob: AttentionProblem, terms: Terms, flat, lengths, active) -> dict[int, str]:
@@ -272,8 +327,10 @@ def step_rule(method, polyak_max_step: float = 10.0) -> StepRule:
     """
     if isinstance(method, StepRule):
         return method
+    if method in GEOMETRY_METHODS:  # the optimizer-geometry rules, with their default parameters
+        return GEOMETRY_METHODS[method]()
     if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ValueError(f"method must be one of {list(METHODS) + list(GEOMETRY_METHODS)}, got {method!r}")
     if method == "polyak":
         return PolyakStep(polyak_max_step)
     return GradientDescent() if method == "gd" else NormalizedGradientDescent()
@@ -342,6 +399,72 @@ def _progress(total: int, show: bool | None, work: float, desc: str):
     return tqdm(total=total, desc=desc, leave=False)
 
 
+class _Loop:
+    """The bookkeeping every trainer shares: which trajectories are still active, when and why the
+    others stopped. :func:`_descend` runs the loop around it."""
+
+    def __init__(self, B: int):
+        self.k = 0
+        self.active = np.ones(B, bool)
+        self._step = np.full(B, -1)
+        self._reason = np.full(B, "", dtype=object)
+
+    def stop(self, members, reason: str) -> None:
+        """Stop the active ``members`` (a (B,) mask or one index) at the current step."""
+        if np.ndim(members) == 0:
+            index, members = members, np.zeros(len(self.active), bool)
+            members[index] = True
+        members = self.active & members
+        if members.any():
+            self._step[members], self._reason[members] = self.k, reason
+            self.active &= ~members
+
+    def stop_unusable(self, finite: np.ndarray, g_norm: np.ndarray, log_scale: np.ndarray) -> None:
+        """Stop where a value is not finite, then where the gradient ``exp(log_scale)·g`` is exactly 0."""
+        bad = self.active & ~(finite & np.isfinite(g_norm) & ~np.isnan(log_scale))
+        zero = self.active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
+        self.stop(bad, "non-finite value")
+        self.stop(zero, "gradient is exactly zero")
+
+    def stopped(self) -> tuple:
+        return tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(self._step, self._reason))
+
+
+def _descend(params, record: np.ndarray, observe, write, move, bar=None) -> tuple:
+    """The one training loop behind :func:`train`, :func:`train_joint_problem` and :func:`train_kq`.
+
+    At every step ``k ≤ record[-1]``: ``observe(recording)`` measures the current parameters;
+    at a recorded step ``write(r, seen)`` stores the ``r``-th record; before the last step
+    ``move(seen, loop)`` stops members through ``loop`` (a :class:`_Loop`) and returns one move per
+    array of ``params``, which the active trajectories subtract (in place). Returns the
+    trajectories' :class:`Stop` entries.
+    """
+    loop = _Loop(len(params[0]))
+    r = 0
+    for k in range(int(record[-1]) + 1):
+        loop.k = k
+        recording = k == record[r]
+        seen = observe(recording)
+        if recording:
+            write(r, seen)
+            r += 1
+        if k == record[-1]:
+            break
+        moves = move(seen, loop)
+        if loop.active.all():
+            for x, m in zip(params, moves):
+                x -= m
+        else:
+            active = loop.active
+            for x, m in zip(params, moves):
+                x[active] -= m[active]
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return loop.stopped()
+
+
 def train(
     prob: AttentionProblem,
     theta0,
@@ -402,48 +525,38 @@ def train(
     out_loss = np.empty((R, B))
     out_log_gap = np.empty((R, B))
     out_log_gn = np.empty((R, B))
-    stop_step = np.full(B, -1)
-    stop_reason = np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
+    state = rule.init_state(flat, prob.shape) if rule.moves_itself else None
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
-    r = 0
-    # Overflow and log(0) are detected below and stop the run (or are meant: −inf log-norms);
+
+    def observe(recording):
+        terms = prob.terms_from_flat(flat)
+        log_scale, g = prob.scaled_grad_from(terms)
+        g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
+        return terms, log_scale, g, g_norm, log_scale + np.log(g_norm)
+
+    def write(r, seen):
+        terms, _, _, _, log_gn = seen
+        out_theta[r] = flat
+        out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+        out_log_gap[r] = prob.log_gap_from(terms)
+        out_log_gn[r] = log_gn
+        out_seconds[r] = time.perf_counter() - start
+
+    def move(seen, loop):
+        terms, log_scale, g, g_norm, log_gn = seen
+        loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
+        if rule.moves_itself:  # mirror / steepest / Adam rules (the last section of this module)
+            return (flat - rule.update(flat, log_scale, g, lrs, state, prob.shape),)
+        step, length = rule.move(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None, g, g_norm)
+        for b, why in rule.stops(prob, terms, flat, length, loop.active).items():
+            loop.stop(b, why)
+        return (step,)
+
+    # Overflow and log(0) are detected in move() and stop the run (or are meant: −inf log-norms);
     # one errstate for the whole loop rather than several per step.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for k in range(record[-1] + 1):
-            terms = prob.terms_from_flat(flat)
-            log_scale, g = prob.scaled_grad_from(terms)
-            g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
-            log_gn = log_scale + np.log(g_norm)
-            if k == record[r]:
-                out_theta[r] = flat
-                out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
-                out_log_gap[r] = prob.log_gap_from(terms)
-                out_log_gn[r] = log_gn
-                out_seconds[r] = time.perf_counter() - start
-                r += 1
-            if k == record[-1]:
-                break
-            bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
-            zero = active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
-            if bad.any() or zero.any():
-                for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
-                    stop_step[mask], stop_reason[mask] = k, why
-                    active &= ~mask
-            unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-            length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
-            for b, why in rule.stops(prob, terms, flat, length, active).items():
-                stop_step[b], stop_reason[b], active[b] = k, why, False
-            if active.all():
-                flat -= length[:, None] * unit
-            else:
-                flat[active] -= length[active, None] * unit[active]
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+        stopped = _descend([flat], record, observe, write, move, bar)
     return Trajectory(
         theta=out_theta.reshape((R, B) + prob.shape),
         steps=record,
@@ -544,7 +657,7 @@ def train_joint_problem(
     """Train the logit parameter ``p`` and the head ``v`` of any :class:`JointAttention` together.
 
     :func:`train_joint` builds the prompt-attention problem and calls this; a
-    :class:`attnlib.DecoderAttention` (self-attention with a trainable decoder, ``p = vec W``)
+    :class:`attnlib.model.DecoderAttention` (self-attention with a trainable decoder, ``p = vec W``)
     is trained the same way. "ngd" normalises each block's gradient by its own norm (two moves of
     length η per step), "gd" takes ``η∇``, "polyak" takes the Polyak step on the joint gradient
     with the floor 0 (the infimum of the loss once the head is trained):
@@ -552,7 +665,7 @@ def train_joint_problem(
     with its reason recorded, when ``L`` underflows to 0.
 
     Args:
-        joint: the problem (any :class:`attnlib.JointProblem`).  p0: (d_k,) or (B, d_k).
+        joint: the problem (any :class:`attnlib.model.JointProblem`).  p0: (d_k,) or (B, d_k).
             v0: (d,) or (B, d).
         method: "gd", "ngd", "polyak" or a :class:`StepRule` (its :meth:`StepRule.joint_moves`).
         steps, lr, record_every, progress: as in :func:`train`; ``record_steps`` explicit
@@ -568,45 +681,30 @@ def train_joint_problem(
     record = record_schedule(steps, record_every, record_steps)
     R = len(record)
     out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
-    stop_step = np.full(B, -1)
-    stop_reason = np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
     # work per step: B trajectories × (n, T, d_k) keys each (a stack's keys hold one set per row)
     work = float(steps) * B * math.prod(joint.keys.shape[-3:]) * 8
     bar = _progress(steps, progress, work, f"joint {rule.name} B={B}")
-    r = 0
-    for k in range(record[-1] + 1):
-        loss = joint.value(p, v) if (rule.needs_loss or k == record[r]) else None
-        if k == record[r]:
-            out_p[r], out_v[r], out_loss[r] = p, v, loss
-            r += 1
-        if k == record[-1]:
-            break
+
+    def observe(recording):
+        return joint.value(p, v) if (rule.needs_loss or recording) else None
+
+    def write(r, loss):
+        out_p[r], out_v[r], out_loss[r] = p, v, loss
+
+    def move(loss, loop):
         with np.errstate(over="ignore", invalid="ignore"):
             (m_p, g_p), (m_v, g_v) = joint.scaled_grad(p, v)
         n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
-        finite = np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)
-        bad = active & ~finite
-        if bad.any():
-            stop_step[bad], stop_reason[bad] = k, "non-finite value"
-            active &= ~bad
-        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), active)
+        loop.stop(
+            ~(np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)),
+            "non-finite value",
+        )
+        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), loop.active)
         for mask, why in stops:
-            mask = active & mask
-            if mask.any():
-                stop_step[mask], stop_reason[mask] = k, why
-                active &= ~mask
-        if active.all():
-            p -= move_p
-            v -= move_v
-        else:
-            p[active] -= move_p[active]
-            v[active] -= move_v[active]
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+            loop.stop(mask, why)
+        return move_p, move_v
+
+    stopped = _descend([p, v], record, observe, write, move, bar)
     return JointTrajectory(out_p, out_v, record, out_loss, stopped, rule.name, float(lr), joint)
 
 
@@ -664,3 +762,636 @@ def train_many(
         progress=False,
         record_steps=record,
     )
+
+
+def train_joint_stack(problems, p0, v0, steps: int, **options) -> list:
+    """:func:`train_joint_problem` on several joint problems as one batch, one trajectory each.
+
+    Args:
+        problems: a non-empty sequence of S :class:`JointAttention` of one kind: prompt attention
+            (one ``X.shape`` (n, T, d), one ``W``, one loss; e.g. ``JointAttention(X, y, W, loss)``
+            per data set) or :class:`DecoderAttention` (self-attention with a trainable decoder: one
+            ``X.shape``, one ``Z.shape``, one loss; :func:`attnlib.model.joint_self_attention`).
+        p0: (d_k,), (B, d_k) (the same starts for every problem) or (S, B, d_k) (one batch per
+            problem); ``v0`` likewise with ``d``.
+        options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
+            :func:`train_joint_problem`, which takes the one batched step (on a
+            :class:`StackedJointAttention` or a :class:`StackedDecoderAttention`).
+
+    Returns a list of :class:`JointTrajectory`, one per problem (``p`` (R, B, d_k), ``v`` (R, B, d),
+    ``problem`` the problem passed): the same as S separate :func:`train_joint_problem` calls, with
+    one Python loop over the iterations.
+
+    >>> import numpy as np, attnlib as al
+    >>> sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    >>> problems = [al.JointAttention(X, y, np.eye(2), "logistic") for X, y in sets]
+    >>> trajs = train_joint_stack(problems, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> one = al.train_joint(*sets[1], al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> len(trajs), bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (2, True)
+    >>> Js = [al.model.joint_self_attention(D.X, D.y) for D in (al.datasets.planted_tokens(4, 5, 6, s) for s in (0, 1))]
+    >>> trajs = train_joint_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> one = train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (True, True)
+    """
+    problems = list(problems)
+    if not problems or not all(isinstance(J, JointAttention) for J in problems):
+        raise ValueError("problems must be a non-empty sequence of JointAttention (or DecoderAttention) problems")
+    decoders = [isinstance(J, DecoderAttention) for J in problems]
+    if any(decoders) and not all(decoders):
+        raise ValueError("problems must be all prompt-attention JointAttention or all DecoderAttention, not a mix")
+    first = problems[0]
+    for s, J in enumerate(problems):
+        if J.X.ndim != 3 or J.X.shape != first.X.shape:
+            raise ValueError(
+                f"problems must share X.shape (n, T, d): problem 0 has {first.X.shape}, problem {s} has {J.X.shape}"
+            )
+        if J.loss.name != first.loss.name:
+            raise ValueError(
+                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
+            )
+        if decoders[0] and J.Z.shape != first.Z.shape:
+            raise ValueError(
+                f"problems must share Z.shape (n, d_z): problem 0 has {first.Z.shape}, problem {s} has {J.Z.shape}"
+            )
+        if not decoders[0] and not np.array_equal(J.W, first.W):
+            raise ValueError(f"problems must share the key matrix W: problem {s} has another one than problem 0")
+    X, y = np.stack([J.X for J in problems]), np.stack([J.y for J in problems])
+    d = X.shape[-1]
+    if decoders[0]:
+        Z = np.stack([J.Z for J in problems])
+
+        def stack(B):
+            rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
+            return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
+
+        dims = (d * Z.shape[-1], d)
+    else:
+
+        def stack(B):
+            return StackedJointAttention(np.repeat(X, B, axis=0), np.repeat(y, B, axis=0), first.W, first.loss)
+
+        dims = (first.W.shape[0], d)
+    return _train_joint_rows(len(problems), stack, dims, p0, v0, steps, lambda s, _: problems[s], **options)
+
+
+def _train_joint_rows(S: int, stack, dims, p0, v0, steps: int, problem, **options) -> list:
+    """Train ``S`` data sets as one batch and split the run into one trajectory per data set.
+
+    ``stack(B)``: the stacked problem (a :class:`StackedJointAttention`) holding data set ``s`` in
+    rows ``s·B … s·B + B − 1``; ``dims``: ``(d_k, d)`` of ``p`` and ``v``; ``p0``, ``v0`` as in
+    :func:`train_joint_stack`;
+    ``problem(s, rows)``: the unstacked problem of data set ``s``, recorded in its trajectory.
+    """
+
+    def per_set(name, value, dim):
+        arr = np.asarray(value, float)
+        arr = arr[None] if arr.ndim == 1 else arr
+        arr = np.broadcast_to(arr, (S,) + arr.shape) if arr.ndim == 2 else arr
+        if arr.ndim != 3 or arr.shape[0] != S or arr.shape[2] != dim:
+            raise ValueError(f"{name} must have shape ({dim},), (B, {dim}) or ({S}, B, {dim}), got {np.shape(value)}")
+        return arr
+
+    P, V = per_set("p0", p0, dims[0]), per_set("v0", v0, dims[1])
+    if P.shape[:2] != V.shape[:2]:
+        raise ValueError(f"p0 and v0 must hold the same number of starts, got {P.shape[:2]} and {V.shape[:2]}")
+    B = P.shape[1]
+    rows = stack(B)
+    traj = train_joint_problem(rows, P.reshape(S * B, -1), V.reshape(S * B, -1), steps, **options)
+    out = []
+    for s in range(S):
+        cut = slice(s * B, (s + 1) * B)
+        out.append(
+            JointTrajectory(
+                traj.p[:, cut],
+                traj.v[:, cut],
+                traj.steps,
+                traj.loss[:, cut],
+                traj.stopped[cut],
+                traj.method,
+                traj.lr,
+                problem(s, rows),
+            )
+        )
+    return out
+
+
+def truncate_joint(traj, steps: int):
+    """The records of a :class:`attnlib.optim.JointTrajectory` up to iteration ``steps`` (a view)."""
+    keep = np.asarray(traj.steps) <= steps
+    return replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
+
+
+NORMALIZATIONS = ("joint", "separate")
+
+
+@dataclass(frozen=True, eq=False)
+class FactorTrajectory(BatchRecord):
+    """Recorded states of B trajectories of ``(K, Q)`` (a :class:`attnlib.optim.BatchRecord`).
+
+    Attributes:
+        K: (R, B, d, m) and Q: (R, B, d_z, m) at the recorded steps.
+        normalize: how NGD normalised the factors.  seconds: (R,) wall-clock since the start.
+        steps, loss, log_gap, log_grad_norm, stopped, method, lr: as in
+        :class:`attnlib.optim.BatchRecord`, with ``log_grad_norm`` ``log ‖(∇_K L, ∇_Q L)‖`` and the
+        loss at ``W = K Qᵀ``.
+    """
+
+    K: np.ndarray
+    Q: np.ndarray
+    normalize: str
+    seconds: np.ndarray
+
+    @property
+    def W(self) -> np.ndarray:
+        """The product ``W = K Qᵀ`` at every recorded step: (R, B, d, d_z)."""
+        return self.K @ np.swapaxes(self.Q, -1, -2)
+
+    @property
+    def final(self) -> np.ndarray:
+        """Last recorded product ``K Qᵀ``: (B, d, d_z)."""
+        return self.K[-1] @ np.swapaxes(self.Q[-1], -1, -2)
+
+    @property
+    def norm(self) -> np.ndarray:
+        """``‖K Qᵀ‖_F``: (R, B)."""
+        return np.linalg.norm(self.W, axis=(-2, -1))
+
+
+def kq_init(B: int, d: int, d_z: int, m: int | None = None, seed=0) -> tuple[np.ndarray, np.ndarray]:
+    """Random factors as torch's ``nn.Linear`` draws them (the official [TFSVM] code's start).
+
+    Entries uniform in ``±1/√d``. Returns ``K0`` (B, d, m) and ``Q0`` (B, d_z, m), ``m = d`` by default.
+
+    >>> K0, Q0 = kq_init(3, 4, 4, m=2, seed=0)
+    >>> K0.shape, Q0.shape, bool(np.abs(K0).max() <= 0.5)
+    ((3, 4, 2), (3, 4, 2), True)
+    """
+    m = d if m is None else m
+    if min(B, d, d_z, m) < 1:
+        raise ValueError(f"B, d, d_z and m must be positive, got {(B, d, d_z, m)}")
+    rng = np.random.default_rng(seed)
+    bound = 1.0 / np.sqrt(d)
+    return rng.uniform(-bound, bound, size=(B, d, m)), rng.uniform(-bound, bound, size=(B, d_z, m))
+
+
+def _factor_batch(prob, K0, Q0):
+    """Validate ``K0``, ``Q0`` against the problem; return (B, d, m), (B, d_z, m) copies."""
+    if len(prob.shape) != 2:
+        raise ValueError(f"train_kq needs a matrix parameter W (self-attention), got parameter shape {prob.shape}")
+    d, d_z = prob.shape
+    K, Q = np.array(K0, dtype=float), np.array(Q0, dtype=float)
+    stacked = isinstance(prob, ProblemStack)
+    if K.ndim == 2 and Q.ndim == 2:
+        K, Q = K[None], Q[None]
+        if stacked:
+            K, Q = np.repeat(K, prob.S, 0), np.repeat(Q, prob.S, 0)
+    if K.ndim != 3 or Q.ndim != 3 or K.shape[0] != Q.shape[0] or K.shape[1] != d or Q.shape[1] != d_z:
+        raise ValueError(f"K0 must have shape ([B,] {d}, m) and Q0 ([B,] {d_z}, m), got {K.shape} and {Q.shape}")
+    if K.shape[2] != Q.shape[2]:
+        raise ValueError(f"K0 and Q0 must share the width m, got {K.shape[2]} and {Q.shape[2]}")
+    if stacked and K.shape[0] != prob.S:
+        raise ValueError(f"a stack of {prob.S} problems needs {prob.S} initialisations, got {K.shape[0]}")
+    if not (np.all(np.isfinite(K)) and np.all(np.isfinite(Q))):
+        raise ValueError("K0 and Q0 must be finite")
+    return K, Q
+
+
+def train_kq(
+    prob: TokenSelectionProblem | ProblemStack,
+    K0,
+    Q0,
+    steps: int,
+    method: str = "ngd",
+    lr: float = 0.1,
+    normalize: str = "joint",
+    record_every: int = 1,
+    record_steps=None,
+) -> FactorTrajectory:
+    """GD, NGD or Polyak on the factors ``(K, Q)`` of ``W = K Qᵀ`` (self-attention, [TFSVM]).
+
+    The gradient in ``W`` comes from the problem's public ``scaled_grad`` (``∇_W L = exp(s)·g``,
+    exact at saturation) and goes through :func:`attnlib.model.factor_grad`. Moves:
+
+    - ``"gd"``: ``(K, Q) ← (K, Q) − η (∇_K L, ∇_Q L)``;
+    - ``"ngd"``: ``normalize="joint"`` divides by ``‖(∇_K L, ∇_Q L)‖``; ``"separate"`` normalises
+      each factor by its own gradient norm, as the official [TFSVM] code does;
+    - ``"polyak"``: ``η (L − L*)/‖∇_{K,Q} L‖²`` times the gradient (``L*`` the loss floor).
+
+    A trajectory stops (reason recorded) when a value turns non-finite or the gradient is exactly 0.
+
+    Args:
+        prob: a self-attention problem (parameter (d, d_z)), or a stack of S of them (one trajectory each).
+        K0: (d, m) or (B, d, m) (B = S for a stack).  Q0: (d_z, m) or (B, d_z, m).  ``m < d`` caps the rank.
+        steps, lr, record_every, record_steps: as in :func:`attnlib.train`.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.random_tokens(4, 5, 6, seed=0, queries="cross")
+    >>> K0, Q0 = kq_init(2, 6, 6, m=3, seed=1)
+    >>> traj = train_kq(prob, K0, Q0, steps=20)
+    >>> traj.W.shape, int(np.linalg.matrix_rank(traj.final[0]))
+    ((21, 2, 6, 6), 3)
+    """
+    rule = step_rule(method)
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {list(NORMALIZATIONS)}, got {normalize!r}")
+    check_schedule(steps, lr, 1)
+    K, Q = _factor_batch(prob, K0, Q0)
+    B = K.shape[0]
+    record = record_schedule(steps, record_every, record_steps)
+    R = len(record)
+    out_K, out_Q = np.empty((R,) + K.shape), np.empty((R,) + Q.shape)
+    out_loss, out_gap, out_gn, out_sec = np.empty((R, B)), np.empty((R, B)), np.empty((R, B)), np.empty(R)
+    start = time.perf_counter()
+    safe = lambda x: np.where(x > 0, x, 1.0)[:, None, None]  # noqa: E731
+
+    def observe(recording):
+        W = K @ np.swapaxes(Q, 1, 2)
+        terms = prob.terms_from_flat(W.reshape(B, -1))  # the AttentionProblem protocol: W is valid here
+        log_scale, gW = prob.scaled_grad_from(terms, batch=(B,))
+        gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
+        nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
+        g_norm = np.sqrt(nK**2 + nQ**2)
+        log_gap = prob.log_gap_from(terms) if (recording or rule.needs_loss) else None
+        return terms, log_scale, gK, gQ, nK, nQ, g_norm, log_scale + np.log(g_norm), log_gap
+
+    def write(r, seen):
+        terms, log_gn, log_gap = seen[0], seen[7], seen[8]
+        out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
+        out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+        out_sec[r] = time.perf_counter() - start
+
+    def move(seen, loop):
+        _, log_scale, gK, gQ, nK, nQ, g_norm, log_gn, log_gap = seen
+        loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
+        if method == "ngd" and normalize == "separate":
+            mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
+            mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
+        else:
+            length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
+            unit = 1.0 / safe(g_norm)
+            mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
+        return mK, mQ
+
+    # Overflow and log(0) are detected in move() and stop the run; one errstate for the whole loop.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        stopped = _descend([K, Q], record, observe, write, move)
+    return FactorTrajectory(
+        K=out_K,
+        Q=out_Q,
+        steps=record,
+        loss=out_loss,
+        log_gap=out_gap,
+        log_grad_norm=out_gn,
+        stopped=stopped,
+        method=method,
+        lr=float(lr),
+        normalize=normalize,
+        seconds=out_sec,
+    )
+
+
+def train_problems(
+    problems,
+    theta0,
+    steps: int,
+    method: str = "ngd",
+    lr=0.1,
+    record_steps=None,
+    reduce: bool | None = None,
+    max_tile: int = 4,
+) -> list:
+    """One trajectory per ``(problem, start)`` pair, in as few batched calls of :func:`attnlib.train` as allowed.
+
+    Problems with the same ``T`` and loss, whose sample counts all divide the largest one ``N``, are
+    trained as ONE :class:`attnlib.ProblemStack`: each is tiled ``N/n`` times, which leaves its loss
+    ``(1/n)Σ_i ℓ_i`` and gradient unchanged (up to rounding). With ``reduce`` (default: when the
+    parameter shapes differ or some problem has self-attention's rank-one features, which a stack
+    would expand to ``d²`` dense ones) each problem is first rewritten in an orthonormal basis of the
+    span of its feature differences (:func:`attnlib.model.reduce_to_span`, padded to the largest rank):
+    every gradient lies in that span, and the part of a start outside it shifts all logits of a
+    sample equally, so it is carried unchanged and added back. Other problems are trained one by
+    one, every start of a problem in one batch. Tiling costs compute, so problems are grouped by
+    sample count, each group's largest ``n`` at most ``max_tile`` times its smallest, one stack per group.
+
+    Args: ``problems`` a list of problems, ``theta0`` a matching list of starts (``prob.shape``),
+    ``steps``, ``method``, ``lr`` as in :func:`attnlib.train`; ``record_steps`` (default: the last).
+    Returns a list of (R, *shape) recorded parameters, one per pair.
+
+    >>> import numpy as np, attnlib as al
+    >>> data = al.datasets.digit_patches(n=8, seed=0)
+    >>> v = al.experiments.real_tokens.fit_patch_head(data.X, data.y)
+    >>> a, b = (al.prompt_attention(data.X[:n], data.y[:n], v) for n in (2, 8))
+    >>> out = train_problems([a, b], [np.zeros(a.shape)] * 2, 50, record_steps=[0, 50])
+    >>> [o.shape for o in out]
+    [(2, 20), (2, 20)]
+    """
+
+    problems, theta0 = list(problems), [np.asarray(t, float) for t in theta0]
+    if len(problems) != len(theta0) or not problems:
+        raise ValueError(f"give one start per problem, got {len(problems)} problems and {len(theta0)} starts")
+    for p, t in zip(problems, theta0):
+        if t.shape != p.shape:
+            raise ValueError(f"a start must have its problem's shape {p.shape}, got {t.shape}")
+    record = [steps] if record_steps is None else record_steps
+    if reduce is None:
+        reduce = any(p.factors is not None or p.shape != problems[0].shape for p in problems)
+    groups = []  # sample counts, ascending; a group's counts divide its largest, within max_tile of its smallest
+    for n in sorted({p.n for p in problems}):
+        if groups and n <= max_tile * groups[-1][0] and all(n % m == 0 for m in groups[-1]):
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    if len(groups) > 1:
+        out = [None] * len(problems)
+        for group in groups:
+            members = [j for j, p in enumerate(problems) if p.n in group]
+            parts = train_problems(
+                [problems[j] for j in members],
+                [theta0[j] for j in members],
+                steps,
+                method,
+                lr,
+                record,
+                reduce,
+                max_tile,
+            )
+            for j, theta in zip(members, parts):
+                out[j] = theta
+        return out
+    N, first = max(p.n for p in problems), problems[0]
+    unique = {id(p): p for p in problems}
+    same = all(p.factors is None and p.shape == first.shape for p in problems)
+    stackable = all((p.T, p.loss.name) == (first.T, first.loss.name) and N % p.n == 0 for p in problems)
+    if stackable and len(problems) > 1 and (reduce or same):
+        reduced = {key: reduce_to_span(p) for key, p in unique.items()} if reduce else {}
+        size = max((r.rank for r in reduced.values()), default=0)
+        tiled, starts, outside = {}, [], []
+        for key, p in unique.items():
+            A = np.asarray(reduced[key].problem.A if reduce else p.A)
+            if reduce:  # pad to the largest rank with zero features
+                A = np.concatenate([A, np.zeros(A.shape[:2] + (size - A.shape[2],))], axis=-1)
+            k = N // p.n
+            tiled[key] = token_selection(np.tile(A, (k,) + (1,) * (A.ndim - 1)), np.tile(p.gamma, (k, 1)), p.loss)
+        for p, t in zip(problems, theta0):
+            if not reduce:
+                starts.append(t)
+                continue
+            red = reduced[id(p)]
+            logits = p.logits(t)
+            c = red.coef.T @ (logits - logits[np.arange(p.n), p.opt][:, None]).ravel()  # ⟨b_r, θ0⟩
+            starts.append(np.concatenate([c, np.zeros(size - red.rank)]))
+            outside.append(t - red.lift(c))
+        stack = ProblemStack(tuple(tiled[id(p)] for p in problems))
+        run = train(stack, np.stack(starts), steps, method=method, lr=lr, record_steps=record, progress=False)
+        if not reduce:
+            return [run.theta[:, s] for s in range(len(problems))]
+        return [outside[s] + reduced[id(p)].lift(run.theta[:, s]) for s, p in enumerate(problems)]
+    out = [None] * len(problems)
+    groups = {}
+    for j, p in enumerate(problems):
+        groups.setdefault(id(p), []).append(j)
+    for members in groups.values():
+        p = problems[members[0]]
+        run = train(
+            p, np.stack([theta0[j] for j in members]), steps, method=method, lr=lr, record_steps=record, progress=False
+        )
+        for b, j in enumerate(members):
+            out[j] = run.theta[:, b]
+    return out
+
+
+# ---------------------------------------------------------------------- optimizer geometry
+# Step rules that compute the new parameters themselves (``StepRule.moves_itself``): mirror
+# descent with the ℓp potential, normalised steepest descent for the ℓ∞, ℓ1 and spectral norms,
+# and Adam. They run through :func:`train` like GD/NGD/Polyak (same gradient, stops and records).
+
+
+def dual_exponent(p: float) -> float:
+    """``q = p/(p − 1)``, the exponent of the dual norm of ℓp.
+
+    >>> dual_exponent(3.0), dual_exponent(1.5)
+    (1.5, 3.0)
+    """
+    return p / (p - 1.0)
+
+
+def mirror_map(theta, p: float) -> np.ndarray:
+    """``∇ψ(θ) = sign(θ)|θ|^{p−1}`` for the potential ``ψ(θ) = ‖θ‖_p^p / p`` (entrywise).
+
+    >>> mirror_map(np.array([2.0, -3.0]), 3.0).tolist()
+    [4.0, -9.0]
+    """
+    theta = np.asarray(theta, float)
+    return np.sign(theta) * np.abs(theta) ** (p - 1.0)
+
+
+def inverse_mirror_map(z, p: float) -> np.ndarray:
+    """``(∇ψ)^{-1}(z) = sign(z)|z|^{1/(p−1)}``, the inverse of :func:`mirror_map`.
+
+    >>> inverse_mirror_map(mirror_map(np.array([2.0, -3.0]), 3.0), 3.0).tolist()
+    [2.0, -3.0]
+    """
+    z = np.asarray(z, float)
+    return np.sign(z) * np.abs(z) ** (1.0 / (p - 1.0))
+
+
+def _check_exponent(p) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 1.0 < p < np.inf:
+        raise ValueError(f"p must be a real number in (1, inf), got {p!r}")
+    return float(p)
+
+
+def _scaled_norm(g: np.ndarray, q: float) -> np.ndarray:
+    """``‖g‖_q`` (B,) of rows of order one (no overflow: ``g`` is the order-one part of ∇L)."""
+    return np.sum(np.abs(g) ** q, axis=-1) ** (1.0 / q)
+
+
+@dataclass(frozen=True)
+class MirrorDescent(StepRule):
+    """Mirror descent with the ℓp potential ``ψ(θ) = ‖θ‖_p^p / p`` ([MD-ATT] ℓp-AttGD):
+
+    .. math::
+
+        ∇ψ(θ^+) = ∇ψ(θ) − η ∇L(θ), \\qquad ∇ψ(θ) = \\operatorname{sign}(θ)|θ|^{p−1}.
+
+    ``p = 2`` is GD. With ``normalized=True`` the dual step is ``η ∇L/‖∇L‖_q`` (``q = p/(p−1)``,
+    the dual norm), the ℓp analogue of NGD (``p = 2``: NGD); the dual variable then grows like
+    ``ηt``. The plain step uses the gradient's true scale ``exp(log_scale)·g`` (it underflows
+    late, as it does for GD).
+
+    >>> import numpy as np, attnlib as al
+    >>> traj = train(al.datasets.single_input(), np.zeros(3), 50, method=MirrorDescent(p=3.0), lr=0.5)
+    >>> traj.method, traj.theta.shape
+    ('mirror', (51, 1, 3))
+    """
+
+    p: float = 3.0
+    normalized: bool = False
+    name = "mirror"
+    moves_itself = True
+
+    def __post_init__(self):
+        _check_exponent(self.p)
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        dual = mirror_map(flat, self.p)
+        if self.normalized:
+            size = _scaled_norm(g, dual_exponent(self.p))
+            step = (lrs / np.where(size > 0, size, 1.0))[:, None] * g
+        else:
+            step = (lrs * np.exp(log_scale))[:, None] * g
+        return inverse_mirror_map(dual - step, self.p)
+
+
+class SignDescent(StepRule):
+    """Normalised steepest descent for the ℓ∞ norm: ``θ ← θ − η sign(∇L)`` (sign descent).
+
+    The move ``argmin_{‖Δ‖∞ ≤ η} ⟨∇L, Δ⟩``; scale-free, so the order-one ``g`` suffices.
+    """
+
+    name = "sign"
+    moves_itself = True
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        return flat - lrs[:, None] * np.sign(g)
+
+
+class CoordinateDescent(StepRule):
+    """Normalised steepest descent for the ℓ1 norm: ``θ ← θ − η sign(∂_j L) e_j``, ``j = argmax_j |∂_j L|``.
+
+    The move ``argmin_{‖Δ‖₁ ≤ η} ⟨∇L, Δ⟩`` (greedy coordinate descent; ties go to the first coordinate).
+    """
+
+    name = "l1"
+    moves_itself = True
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        j = np.argmax(np.abs(g), axis=-1)
+        rows = np.arange(len(flat))
+        moved = flat.copy()
+        moved[rows, j] -= lrs * np.sign(g[rows, j])
+        return moved
+
+
+@dataclass(frozen=True)
+class SpectralDescent(StepRule):
+    """Normalised steepest descent for the spectral norm on matrices: ``W ← W − η U Vᵀ``.
+
+    ``∇L = U S Vᵀ`` (thin SVD); ``U Vᵀ`` (over the singular values above ``rank_tol · s_max``) is the
+    polar factor, the move ``argmin_{‖Δ‖₂ ≤ η} ⟨∇L, Δ⟩`` of least Frobenius norm. Matrix parameters only.
+    """
+
+    rank_tol: float = 1e-10
+    name = "spectral"
+    moves_itself = True
+
+    def init_state(self, flat, shape):
+        if len(shape) != 2:
+            raise ValueError(f"the spectral step needs a matrix parameter, got parameter shape {shape}")
+        return None
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        U, S, Vt = np.linalg.svd(g.reshape((len(g),) + tuple(shape)), full_matrices=False)
+        keep = S > self.rank_tol * S[:, :1]
+        polar = np.einsum("bik,bk,bkj->bij", U, keep.astype(float), Vt)
+        return flat - lrs[:, None] * polar.reshape(len(g), -1)
+
+
+@dataclass(frozen=True)
+class Adam(StepRule):
+    """Adam (Kingma & Ba) with bias correction: ``θ ← θ − η m̂/(√v̂ + ε)``.
+
+    ``m ← β₁m + (1−β₁)∇L``, ``v ← β₂v + (1−β₂)∇L²``. The moments are stored relative to the current
+    gradient scale ``exp(log_scale)`` (rescaled each step), so they neither underflow nor overflow
+    when ``∇L`` does; ``eps`` is compared in the same units. ``eps = 0`` (the default) is the
+    regime of the ℓ∞ implicit-bias results for Adam; a positive ``eps`` makes Adam GD-like once
+    ``|∇L| ≪ eps``.
+    """
+
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 0.0
+    name = "adam"
+    moves_itself = True
+
+    def init_state(self, flat, shape):
+        B = len(flat)
+        return {"m": np.zeros_like(flat), "v": np.zeros_like(flat), "scale": np.zeros(B), "t": 0}
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        state["t"] += 1
+        t = state["t"]
+        first = t == 1
+        # Moments in units of exp(log_scale): rescale the old ones to the new unit.
+        shift = np.zeros_like(log_scale) if first else np.exp(np.clip(state["scale"] - log_scale, -700, 700))
+        state["m"] = self.beta1 * shift[:, None] * state["m"] + (1 - self.beta1) * g
+        state["v"] = self.beta2 * (shift**2)[:, None] * state["v"] + (1 - self.beta2) * g * g
+        state["scale"] = np.where(np.isfinite(log_scale), log_scale, state["scale"])
+        m_hat = state["m"] / (1 - self.beta1**t)
+        v_hat = state["v"] / (1 - self.beta2**t)
+        eps = self.eps * np.exp(-np.clip(log_scale, -700, 700))[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step = np.where(m_hat != 0, m_hat / (np.sqrt(v_hat) + eps), 0.0)
+        return flat - lrs[:, None] * step
+
+
+@dataclass(frozen=True)
+class RuleBlocks(StepRule):
+    """Several rules in one batch: trajectories ``[offset_k, offset_k + sizes[k])`` step by ``rules[k]``.
+
+    One :func:`train` call then runs every optimizer together (the per-step cost of the gradient
+    is shared). Each block is a rule that :attr:`~StepRule.moves_itself`, or GD/NGD (moved by their
+    :meth:`~StepRule.lengths` along ``−∇L/‖∇L‖``); the Polyak step is not supported.
+
+    >>> import numpy as np, attnlib as al
+    >>> rule = RuleBlocks((step_rule("ngd"), SignDescent()), (2, 2))
+    >>> traj = train(al.datasets.single_input(), np.zeros((4, 3)), 10, method=rule, lr=0.1)
+    >>> bool(np.allclose(traj.theta[-1, 2:, :2], [[-1.0, 1.0], [-1.0, 1.0]]))
+    True
+    """
+
+    rules: tuple
+    sizes: tuple
+    name = "blocks"
+    moves_itself = True
+
+    def __post_init__(self):
+        if len(self.rules) != len(self.sizes) or not all(isinstance(r, StepRule) for r in self.rules):
+            raise ValueError("rules must be StepRules, one per entry of sizes")
+        if any(r.needs_loss for r in self.rules):
+            raise ValueError("RuleBlocks does not support rules that need the loss (the Polyak step)")
+
+    def _slices(self, B: int):
+        ends = np.cumsum(self.sizes)
+        if ends[-1] != B:
+            raise ValueError(f"the blocks hold {int(ends[-1])} trajectories, the batch {B}")
+        return [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)]
+
+    def init_state(self, flat, shape):
+        return [
+            r.init_state(flat[sl], shape) if r.moves_itself else None
+            for r, sl in zip(self.rules, self._slices(len(flat)))
+        ]
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        moved = np.empty_like(flat)
+        for rule, sl, sub in zip(self.rules, self._slices(len(flat)), state):
+            if rule.moves_itself:
+                moved[sl] = rule.update(flat[sl], log_scale[sl], g[sl], lrs[sl], sub, shape)
+            else:
+                g_norm = np.sqrt((g[sl] * g[sl]).sum(axis=-1))
+                length = rule.lengths(lrs[sl], log_scale[sl] + np.log(g_norm))
+                moved[sl] = flat[sl] - (length / np.where(g_norm > 0, g_norm, 1.0))[:, None] * g[sl]
+        return moved
+
+
+#: The optimizer-geometry rules by name, each with its default parameters (``step_rule`` maps them).
+GEOMETRY_METHODS = {
+    "mirror": MirrorDescent,
+    "sign": SignDescent,
+    "l1": CoordinateDescent,
+    "spectral": SpectralDescent,
+    "adam": Adam,
+}

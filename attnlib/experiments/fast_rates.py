@@ -1,0 +1,318 @@
+"""Chapter 5, fast rates of normalised GD and the Polyak step against GD [FAST].
+
+The chapter's drivers: one run of every method on a stack of problems (:func:`compare_methods`),
+the selections of many random problems (:func:`selection_sweep`), the runs that end off the
+optimal tokens and their local selections (:func:`off_opt_runs`), and the chapter's tables. The
+fits they are judged with are :mod:`attnlib.fits`; the problems :func:`attnlib.model.logistic_regression`
+and :func:`attnlib.model.reduce_to_span`; the data :mod:`attnlib.datasets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import datasets
+from ..metrics import curves, direction_error
+from ..model import Reduced, TokenSelectionProblem, reduce_to_span
+from ..optim import Trajectory, train_many
+from ..svm import InfeasibleError, MaxMarginSolution, is_locally_optimal, max_margin, svm_feasibility
+
+__all__ = [
+    "solve_each",
+    "Comparison",
+    "compare_methods",
+    "ends_off_opt",
+    "local_selection",
+    "SelectionSweep",
+    "selection_sweep",
+    "reduced_tokens",
+    "FITTED_RATES",
+    "fitted_rates_table",
+    "local_selection_table",
+    "off_opt_runs",
+    "feasibility_table",
+]
+
+
+# ------------------------------------------------------- comparing GD, NGD and Polyak on batches
+def solve_each(problems: Sequence[TokenSelectionProblem], select=None) -> list[MaxMarginSolution | None]:
+    """The W-SVM (:func:`attnlib.max_margin`) of each problem, ``None`` where it is infeasible.
+
+    ``select``: one selection for every problem (default each problem's optimal tokens). An
+    infeasible W-SVM (:class:`attnlib.InfeasibleError`) is reported as ``None``, never as a number.
+
+    >>> import attnlib as al
+    >>> sols = solve_each([al.datasets.single_input(), al.datasets.single_input(local=True)])
+    >>> [s is not None for s in sols]
+    [True, True]
+    """
+
+    out = []
+    for prob in problems:
+        try:
+            out.append(max_margin(prob, select=select))
+        except InfeasibleError:
+            out.append(None)
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Trajectories of several methods on the same S problems, and their :func:`curves`.
+
+    Attributes:
+        runs: ``{method: Trajectory}``, each with ``theta`` (R_m, S, *shape) (its own record grid).
+        curves: ``{method: {key: (R_m, S)}}`` as :func:`curves` returns them.
+    """
+
+    runs: dict
+    curves: dict
+
+    def select(self, members) -> Comparison:
+        """The problems ``members`` (an index array or a boolean mask over the S problems)."""
+        members = np.asarray(members)
+        if members.dtype == bool:
+            members = np.flatnonzero(members)
+        return Comparison(
+            {m: run.select(members) for m, run in self.runs.items()},
+            {m: {k: v[:, members] for k, v in c.items()} for m, c in self.curves.items()},
+        )
+
+    def __or__(self, other: Comparison) -> Comparison:
+        """The methods of both (on the same problems); ``other`` wins where both have one."""
+        return Comparison({**self.runs, **other.runs}, {**self.curves, **other.curves})
+
+
+def compare_methods(
+    problems: Sequence[TokenSelectionProblem],
+    solutions: Sequence[MaxMarginSolution | None],
+    steps,
+    lr: dict,
+    polyak_max_step: float = 10.0,
+) -> Comparison:
+    """Each method of ``lr`` run by :func:`train_many` on all the problems from 0, one batch per method.
+
+    Args:
+        problems, solutions: S problems and their W-SVMs (``None`` where infeasible; see :func:`curves`).
+        steps: iterations, one number or ``{method: steps}``.
+        lr: ``{method: step size}``, e.g. ``{"gd": 50.0, "ngd": 0.2, "polyak": 1.0}`` (Polyak's is a
+            multiplier of its step ``(L − L*)/‖∇L‖²``). The keys are the methods run.
+        polyak_max_step: the Polyak detector's threshold (:func:`attnlib.train`).
+
+    The batches have the same problems, so their wall-clock ``seconds`` compare.
+
+    >>> import attnlib as al
+    >>> probs = [al.datasets.single_input(), al.datasets.single_input(third_score=0.5)]
+    >>> cmp = compare_methods(probs, solve_each(probs), 50, {"gd": 1.0, "ngd": 0.1})
+    >>> sorted(cmp.runs), cmp.curves["ngd"]["direction_error"].shape[1]
+    (['gd', 'ngd'], 2)
+    """
+    problems, solutions = list(problems), list(solutions)
+    runs, measured = {}, {}
+    for method, rate in lr.items():
+        horizon = steps[method] if isinstance(steps, dict) else steps
+        runs[method] = train_many(problems, horizon, method, rate, polyak_max_step=polyak_max_step)
+        measured[method] = curves(problems, runs[method], solutions)
+    return Comparison(runs, measured)
+
+
+def ends_off_opt(problems: Sequence[TokenSelectionProblem], traj: Trajectory, unstopped: bool = False) -> np.ndarray:
+    """Indices of the trajectories whose last parameters do not select every optimal token.
+
+    ``unstopped=True`` keeps only those the optimizer did not stop: a silent failure of the Polyak
+    step (its detector, :func:`attnlib.train`, stops a run saturated on a non-optimal token).
+    """
+    return np.array(
+        [
+            k
+            for k, prob in enumerate(problems)
+            if np.any(prob.selection(traj.final[k]) != prob.opt) and not (unstopped and traj.stopped[k] is not None)
+        ],
+        dtype=int,
+    )
+
+
+def local_selection(prob: TokenSelectionProblem, theta, sol_opt: MaxMarginSolution | None) -> dict:
+    """Where a run that ends at a selection ``α = prob.selection(theta) ≠ opt`` is heading.
+
+    Returns a dict: ``alpha`` (n,), ``off`` (the samples with ``α_i ≠ opt_i``), ``locally_optimal``
+    (:func:`attnlib.svm.is_locally_optimal`), ``neighbour`` (True if some such sample's optimal token is
+    an SVM-neighbour of ``α``), ``to_local`` and ``to_opt``: the direction errors of ``theta`` to
+    ``W_mm(α)`` and to ``W_mm(opt)`` (NaN if ``sol_opt`` is None).
+    """
+
+    alpha = prob.selection(theta)
+    sol = max_margin(prob, select=alpha)
+    off = np.flatnonzero(alpha != prob.opt)
+    return {
+        "alpha": alpha,
+        "off": off,
+        "locally_optimal": bool(is_locally_optimal(prob, alpha)),
+        "neighbour": bool(np.any(sol.neighbors[off, prob.opt[off]])),
+        "to_local": float(direction_error(theta, sol.theta)),
+        "to_opt": float(direction_error(theta, sol_opt.theta)) if sol_opt is not None else float("nan"),
+        "solution": sol,
+    }
+
+
+@dataclass(frozen=True)
+class SelectionSweep:
+    """NGD from 0 on many problems: which end at the optimal tokens, and which W-SVMs are feasible.
+
+    Attributes:
+        run: the NGD :class:`attnlib.Trajectory` (R, S, *shape).
+        selects_opt: (S,) bool, the final selection is ``opt`` in every sample.
+        status: (S,) ``"certified"`` (a run selecting opt certifies that the W-SVM of opt is
+            feasible: ``W_t`` divided by its smallest logit gap satisfies every constraint),
+            ``"solver"`` (feasible by :func:`attnlib.max_margin`) or ``"infeasible"``.
+    """
+
+    run: Trajectory
+    selects_opt: np.ndarray
+    status: np.ndarray
+
+    @property
+    def feasible(self) -> np.ndarray:
+        """(S,) bool: the W-SVM of opt is feasible."""
+        return self.status != "infeasible"
+
+    def table(self, groups, name: str = "d") -> tuple[dict, str]:
+        """Per group (e.g. the dimension ``d`` of each problem): the fraction of feasible problems
+        that end at opt (NaN if none is feasible), and a Markdown table of the counts."""
+        groups = np.asarray(groups)
+        fraction = {}
+        rows = [
+            f"| {name} | infeasible | feasible | global: selects opt | fraction global (feasible only) |",
+            "|---|---|---|---|---|",
+        ]
+        for g in dict.fromkeys(groups.tolist()):
+            at = groups == g
+            feas = at & self.feasible
+            fraction[g] = float(self.selects_opt[feas].mean()) if feas.any() else float("nan")
+            shown = f"{fraction[g]:.2f}" if feas.any() else "– (none feasible)"
+            counts = f"{np.sum(at & ~self.feasible)} | {feas.sum()} | {np.sum(self.selects_opt[feas])}"
+            rows.append(f"| {g} | {counts} | {shown} |")
+        return fraction, "\n".join(rows)
+
+
+def selection_sweep(problems: Sequence[TokenSelectionProblem], steps: int, lr: float) -> SelectionSweep:
+    """NGD for ``steps`` from 0 on every problem (one batch), then the feasibility of each W-SVM of opt.
+
+    A run that ends selecting opt certifies feasibility; for the others :func:`svm_feasibility`
+    decides with a certificate, or else :func:`attnlib.max_margin` (:class:`SelectionSweep`).
+
+    >>> import attnlib as al
+    >>> sw = selection_sweep([al.datasets.single_input(), al.datasets.single_input(local=True)], 100, 0.5)
+    >>> sw.status.tolist()
+    ['certified', 'certified']
+    """
+    problems = list(problems)
+    run = train_many(problems, steps, "ngd", lr)
+    selects = np.array([np.all(p.selection(run.final[k]) == p.opt) for k, p in enumerate(problems)])
+    status = np.where(selects, "certified", "solver").astype(object)
+    for k in np.flatnonzero(~selects):
+        verdict = svm_feasibility(problems[k])  # a certificate either way, without cvxpy
+        if verdict is False or (verdict is None and solve_each([problems[k]])[0] is None):
+            status[k] = "infeasible"
+    return SelectionSweep(run, selects, status.astype(str))
+
+
+def reduced_tokens(n: int, T: int, d: int, seeds, size: int | None = None, **family) -> list[Reduced]:
+    """One :func:`attnlib.datasets.random_tokens` problem per seed, each :func:`reduce_to_span`.
+
+    ``family`` goes to ``random_tokens`` (``family``, ``queries``, ``loss``...); ``size`` is the
+    common reduced dimension (``n(T − 1)`` makes problems of every ``d`` stackable).
+
+    >>> import attnlib as al
+    >>> batch = reduced_tokens(3, 4, 16, [0, 1], size=9, family="global")
+    >>> [r.problem.shape for r in batch], batch[0].source.shape
+    ([(9,), (9,)], (16, 16))
+    """
+
+    return [reduce_to_span(datasets.random_tokens(n, T, d, s, **family), size=size) for s in seeds]
+
+
+#: The rows of :func:`fitted_rates_table`: quantity, then (shape, measured-as) for GD, NGD and Polyak.
+FITTED_RATES = (
+    ("‖W_t‖", ("‖W_mm‖ log t + O(1)", "slope vs log t / ‖W_mm‖", "gd_norm_logt"),
+     ("η t", "slope / η", "ngd_norm_t"), ("linear", "per step", "polyak_norm_t")),
+    ("direction error", ("1/log t", "apparent exponent of t", "gd_dist_exponent"),
+     ("polynomial", "exponent of t", "ngd_dist_exponent"), ("polynomial", "exponent of t", "polyak_dist_exponent")),
+    ("1 − σ_opt", ("1/t", "exponent of t", "gd_mass_exponent"),
+     ("exp(−η t/‖W_mm‖)", "rate / (η/‖W_mm‖)", "ngd_mass_rate"),
+     ("exp(−‖W_t‖/‖W_mm‖)", "rate per unit norm × ‖W_mm‖", "polyak_mass_rate")),
+    ("L − L*", ("1/t", "exponent of t", "gd_gap_exponent"), ("exp(−Θ(t))", "rate / (η/‖W_mm‖)", "ngd_gap_rate"),
+     ("exponential", "rate per unit norm × ‖W_mm‖", "polyak_gap_rate")),
+)  # fmt: skip
+
+
+def fitted_rates_table(rates: dict, digits: int = 3) -> str:
+    """A Markdown table of fitted rates next to the expected shapes, for GD, NGD and Polyak.
+
+    ``rates``: the measured values under the keys of :data:`FITTED_RATES` (e.g. ``"ngd_mass_rate"``).
+
+    >>> import attnlib as al
+    >>> keys = [cell[2] for row in FITTED_RATES for cell in row[1:]]
+    >>> table = fitted_rates_table(dict.fromkeys(keys, 1.0))
+    >>> table.count("\\n"), "rate / (η/‖W_mm‖) = 1.000" in table
+    (5, True)
+    """
+    lines = [
+        "| quantity | GD: shape | GD: measured | NGD: shape | NGD: measured | Polyak: shape | Polyak: measured |",
+        "|---" * 7 + "|",
+    ]
+    for quantity, *cells in FITTED_RATES:
+        row = [f"{shape} | {label} = {rates[key]:.{digits}f}" for shape, label, key in cells]
+        lines.append(f"| {quantity} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def local_selection_table(entries) -> str:
+    """A Markdown table of runs that end at a selection ``α ≠ opt``: ``entries`` of
+    ``(d, data seed, local_selection(...) dict)`` (:func:`local_selection`)."""
+    lines = [
+        "| d | data seed | sequences off opt | α locally optimal | opt token an SVM-neighbour of α "
+        "| distance to W_mm(α) | distance to W_mm |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for dd, s, w in entries:
+        lines.append(
+            f"| {dd} | {s} | {w['off'].tolist()} | {w['locally_optimal']} | {'yes' if w['neighbour'] else 'no'} "
+            f"| {w['to_local']:.3f} | {w['to_opt']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def off_opt_runs(problems: Sequence[TokenSelectionProblem], comparison: Comparison, solutions) -> dict:
+    """The runs of a GD/NGD :class:`Comparison` that end off an optimal token, among problems whose
+    W-SVM of opt is feasible (``solutions[k]`` not None).
+
+    Returns ``{"gd_slow": [k...], "gd_local": [k...], "ngd_local": [(k, local_selection(...))...]}``:
+    GD runs off opt where NGD reached opt on the same problem (slow, not trapped), GD runs off opt
+    where NGD is too, and each NGD run off opt with where it heads (:func:`local_selection`).
+    """
+    feasible = [s is not None for s in solutions]
+    ngd_off = [int(k) for k in ends_off_opt(problems, comparison.runs["ngd"]) if feasible[k]]
+    gd_off = [int(k) for k in ends_off_opt(problems, comparison.runs["gd"]) if feasible[k]]
+    final = comparison.runs["ngd"].final
+    return {
+        "gd_slow": [k for k in gd_off if k not in ngd_off],
+        "gd_local": [k for k in gd_off if k in ngd_off],
+        "ngd_local": [(k, local_selection(problems[k], final[k], solutions[k])) for k in ngd_off],
+    }
+
+
+def feasibility_table(groups, solutions, name: str = "d") -> str:
+    """A Markdown table, per group (e.g. the dimension ``d`` of each problem): problems, feasible
+    W-SVMs (``solutions[k]`` not None) and their median ``‖W_mm‖ = 1/margin``."""
+    groups = np.asarray(groups)
+    norms = np.array([1 / s.margin if s is not None else np.nan for s in solutions])
+    lines = [f"| {name} | problems | W-SVM feasible | median ‖W_mm‖ |", "|---|---|---|---|"]
+    for g in dict.fromkeys(groups.tolist()):
+        sel = (groups == g) & np.isfinite(norms)
+        median = f"{np.median(norms[sel]):.3f}" if sel.any() else "–"
+        lines.append(f"| {g} | {np.sum(groups == g)} | {sel.sum()} | {median} |")
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Chapter experiments: attnlib.experiments.local_convergence."""
+
+import numpy as np
+import pytest
+
+import attnlib as al
+
+
+@pytest.fixture(scope="module")
+def fig1b():
+    prob = al.datasets.single_input(local=True)
+    return prob, al.svm.locally_optimal_selections(prob)
+
+
+def test_official_inits_basins(fig1b):
+    prob, cands = fig1b
+    m = al.experiments.local_convergence.basin_map(
+        prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5, candidates=cands
+    )
+    assert m.kind().tolist() == [0, 0, 0, 0, 1, 1]
+    assert m.is_global.tolist() == [True, False]
+    assert sum(m.fractions().values()) == pytest.approx(1.0, abs=1e-15)
+    assert np.all(m.position_cosine[m.labels == 0, 0] > 0.99)
+
+
+def test_gd_readout_and_extension(fig1b):
+    prob, cands = fig1b
+    starts = np.array([[0.0, 0.5, 0.0], [0.0, -1.5, 0.0]])
+    m = al.experiments.local_convergence.basin_map(
+        prob, starts, steps=20, method="gd", lr=1.0, candidates=cands, readout_steps=4, extend_steps=400
+    )
+    assert m.extended[1]  # 4 read-out steps do not decide the local one; the extension does
+    assert m.kind().tolist() == [0, 1]
+
+
+def test_classify_motion_rejects_boundary_direction(fig1b):
+    prob, cands = fig1b
+    # Moving along the tie direction of tokens 1 and 3 (1, 0.1): 1 − cos ≈ 5e-3 from p_mm(α=2).
+    a = np.array([[10.0, 1.0, 0.0]])
+    labels, cos = al.experiments.local_convergence.classify_motion(prob, a, 2 * a, cands, tol=1e-3)
+    assert labels.tolist() == [-1]
+    labels, _ = al.experiments.local_convergence.classify_motion(prob, a, a + [[10.0, 0.0, 0.0]], cands, tol=1e-3)
+    assert labels.tolist() == [1]
+    with pytest.raises(ValueError, match="tol"):
+        al.experiments.local_convergence.classify_motion(prob, a, 2 * a, cands, tol=0.0)
+
+
+def test_basin_map_bad_candidates(fig1b):
+    prob, _ = fig1b
+    with pytest.raises(ValueError, match="candidates"):
+        al.experiments.local_convergence.basin_map(prob, np.zeros((1, 3)), 10, candidates=[])
+
+
+def test_key_plane_grid_layout_matches_basin_image():
+    grid = al.experiments.local_convergence.key_plane_grid(-1.0, 1.0, 3)
+    assert grid.shape == (9, 3) and np.all(grid[:, 2] == 0)
+    # labels.reshape(size, size)[j, i] is the start (x_i, y_j)
+    assert grid.reshape(3, 3, 3)[2, 0, :2].tolist() == [-1.0, 1.0]
+    with pytest.raises(ValueError, match="size"):
+        al.experiments.local_convergence.key_plane_grid(0.0, 1.0, 1)
+    with pytest.raises(ValueError, match="below"):
+        al.experiments.local_convergence.key_plane_grid(1.0, 0.0, 4)
+
+
+def test_ngd_and_gd_basin_maps_equal_two_separate_maps(fig1b):
+    prob, cands = fig1b
+    grid = al.experiments.local_convergence.key_plane_grid(-4.0, 8.0, 9)
+    maps = al.experiments.local_convergence.ngd_and_gd_basin_maps(
+        prob, grid, cands, 1e-3, 60, 0.5, 20, 1.0, extend_steps=200
+    )
+    ngd = al.experiments.local_convergence.basin_map(prob, grid, 60, "ngd", 0.5, cands, 1e-3, extend_steps=200)
+    gd = al.experiments.local_convergence.basin_map(
+        prob, grid, 20, "gd", 1.0, cands, 1e-3, readout_steps=60, readout_lr=0.5, extend_steps=200
+    )
+    for mine, ref in ((maps["ngd"], ngd), (maps["gd"], gd)):
+        assert np.array_equal(mine.labels, ref.labels) and np.array_equal(mine.extended, ref.extended)
+        np.testing.assert_allclose(mine.final, ref.final, rtol=1e-12, atol=1e-12)
+        assert (mine.steps, mine.readout_steps, mine.extend_steps) == (ref.steps, ref.readout_steps, ref.extend_steps)
+    assert maps["ngd"].extended.any()  # the extension was exercised
+    table = al.experiments.local_convergence.basin_table(maps)
+    assert table.count("\n") == 3 and "| GD |" in table
+
+
+def test_cone_runs_match_cone_starts_and_stay_in_locally_optimal_cones(fig1b):
+    prob, _ = fig1b
+    p_mm = {r.select[0] + 1: r.solution.theta for r in al.enumerate_selections(prob)}
+    kw = dict(mu=1e-3, radius=20.0, steps=1000, ngd_lr=0.1, gd_lr=1.0)  # 1000: past α = 3's escape time
+    runs = al.experiments.local_convergence.cone_runs(prob, p_mm, 4, rng=3, span=np.eye(3)[:2], **kw)
+    rng = np.random.default_rng(3)
+    first = al.datasets.cone_starts(p_mm[1], 2, mu=1e-3, radius=20.0, rng=rng, span=np.eye(3)[:2], edge=True)
+    np.testing.assert_allclose(runs.ngd.theta[0, :2], first)
+    assert runs.owner.tolist() == [1] * 4 + [2] * 4 + [3] * 4
+    assert runs.steps[runs.half] == 500 and runs.steps[0] == 0 and runs.steps[-1] == 1000
+    np.testing.assert_allclose(runs.omc[0, :2], 1e-3, rtol=1e-9)  # edge starts
+    np.testing.assert_allclose(runs.start_offset, runs.ngd.norm[0] * np.sin(np.arccos(1 - 1e-3)))
+    local = runs.owner < 3
+    assert runs.omc[1:, local].max() <= 1e-3  # the theorem's claim, NGD
+    assert np.all(prob.selection(runs.ngd.final[~local])[:, 0] != 2)  # α = 3 is left
+    with pytest.raises(ValueError, match="count"):
+        al.experiments.local_convergence.cone_runs(prob, p_mm, 2, mu=1e-3, radius=20.0, steps=10, ngd_lr=0.1, gd_lr=1.0)
+
+
+def test_selection_alignment_on_a_stack():
+    probs = [al.datasets.random_tokens(3, 4, 5, seed=s, queries="cross") for s in range(3)]
+    traj = al.train(al.stack_problems(probs), np.zeros((5, 5)), 400, "ngd", 0.1, record_every=100)
+    align = al.experiments.local_convergence.selection_alignment(probs, traj)
+    assert align.corr["opt"].shape == (5, 3) and align.mass.shape == (5, 3)
+    for j, p in enumerate(probs):
+        assert align.alpha_hat[j].tolist() == p.selection(traj.final[j]).tolist()
+        if align.is_opt[j]:
+            np.testing.assert_allclose(align.corr["opt"][:, j], align.corr["alpha_hat"][:, j])
+    assert np.all(np.isnan(align.corr["opt"][0]))  # W(0) = 0 has no direction
+    assert np.nanmin(align.corr["alpha_hat"][-1]) > 0.9 and align.infeasible() == 0
+    with pytest.raises(ValueError, match="problems"):
+        al.experiments.local_convergence.selection_alignment(probs[:2], traj)
+
+
+def test_score_basin_explorer_caches_shares_and_redraws(fig1b):
+    prob, cands = fig1b
+    big = al.experiments.local_convergence.basin_map(
+        prob,
+        al.experiments.local_convergence.key_plane_grid(-4.0, 8.0, 9),
+        60,
+        "ngd",
+        0.5,
+        cands,
+        1e-3,
+        extend_steps=100,
+    )
+    ex = al.figures.local_convergence.ScoreBasinExplorer(-4.0, 8.0, 5, 60, 0.5, 1e-3, shared={0.0: big})
+    own = al.experiments.local_convergence.basin_map(prob, ex.grid, 60, "ngd", 0.5, tol=1e-3).kind().reshape(5, 5)
+    assert np.array_equal(ex.maps[0.0], own)  # the shared sub-grid, before the extension
+    ex.precompute([0.9, 0.0], (6.0, -3.0), 0.1, 30)
+    single = al.train(ex.problem(0.9), np.array([6.0, -3.0, 0.0]), 30, "ngd", 0.1).theta[:, 0, :2]
+    np.testing.assert_allclose(ex.paths[(0.9, (6.0, -3.0), 0.1, 30)], single, atol=1e-12)
+    fig = ex.draw(0.9, (6.0, -3.0), 0.1, 30)
+    assert fig is ex.draw(0.0, (1.0, 2.0), 0.1, 30)  # one figure, redrawn; a new start computed on demand
+    ax = fig.axes[0]
+    assert len(fig.axes) == 1 and len(ax.images) == 1 and ax.lines[0].get_xydata()[0].tolist() == [1.0, 2.0]
+    assert "0.00" in ax.get_title()
+    assert np.all(ex.maps[0.9] != 1)  # at 0.9 the non-optimal scores tie: no local basin
