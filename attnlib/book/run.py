@@ -278,7 +278,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "-o",
         "--out",
-        "--output",  # the older spelling, kept as an alias
         dest="output",
         type=Path,
         help="the executed notebook to write (default: NOTEBOOK's name with .out.ipynb, in the current folder)",
