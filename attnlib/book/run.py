@@ -712,7 +712,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "-o",
         "--out",
-        "--output",  # the older spelling, kept as an alias
         dest="output",
         type=Path,
         help="the executed notebook to write (default: _build/runs/NOTEBOOK/PARAMETERS.ipynb)",
