@@ -444,7 +444,8 @@ def flow_direction_panels(axes, runs):
     """
     for t, theta, theta_mm, label, style in runs:
         keep = t > 1
-        cos = np.sum(theta * theta_mm, -1) / (np.linalg.norm(theta, axis=-1) * np.linalg.norm(theta_mm))
+        with np.errstate(invalid="ignore", divide="ignore"):  # θ = 0 at t = 0 for a start at the origin
+            cos = np.sum(theta * theta_mm, -1) / (np.linalg.norm(theta, axis=-1) * np.linalg.norm(theta_mm))
         angle = np.degrees(np.arccos(np.clip(cos, -1, 1))).max(-1)
         axes[0].loglog(t[keep], angle[keep], style, label=label)
         axes[1].plot(1 / np.log(t[keep]), angle[keep], style, label=label)
