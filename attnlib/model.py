@@ -90,9 +90,6 @@ def finite_array(name: str, value, ndim: int | None = None) -> np.ndarray:
     return arr
 
 
-_as_float_array = finite_array  # the name used before finite_array was public
-
-
 def _max_keepdims(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """``x.max(axis, keepdims=True)``, several times faster over a short last axis (tokens).
 
@@ -179,9 +176,6 @@ def check_labels(y, shape, name: str = "y") -> np.ndarray:
     return y
 
 
-_check_labels = check_labels  # the name used before check_labels was public
-
-
 @dataclass(frozen=True, eq=False)
 class Terms:
     """Per-sample quantities shared by the loss, the gap and the gradient at one θ batch.
@@ -195,9 +189,6 @@ class Terms:
     log_sigma: np.ndarray  # (..., n, T)
     log_delta: np.ndarray  # (..., n)   log of the deficit δ_i ≥ 0
     output: np.ndarray  # (..., n)   u_i = γ_opt − δ_i
-
-
-_Terms = Terms  # the name used before Terms was public
 
 
 @runtime_checkable
@@ -353,28 +344,6 @@ class _LinearLogits:
     def selection(self, theta) -> np.ndarray:
         """The token each sample attends to most, ``argmax_t σ_it``: (*batch, n)."""
         return np.argmax(self.logits(theta), axis=-1)
-
-    # The names used before the protocol was public (kept so that older code keeps working).
-    def _flat(self, theta):
-        return self.flatten(theta)
-
-    def _terms(self, theta):
-        return self.terms(theta)
-
-    def _terms_from_flat(self, flat):
-        return self.terms_from_flat(flat)
-
-    def _log_gap_from(self, terms):
-        return self.log_gap_from(terms)
-
-    def _scaled_grad_from(self, terms, batch=None):
-        return self.scaled_grad_from(terms, batch)
-
-    def _logits_flat(self, flat):
-        return self.logits_flat(flat)
-
-    def _adjoint_flat(self, w):
-        return self.adjoint_flat(w)
 
 
 @dataclass(frozen=True, eq=False)
@@ -1142,7 +1111,7 @@ class StackedJointAttention(JointAttention):
 
     Methods take ``p`` (*batch, R, d_k) and ``v`` (*batch, R, d): row ``r`` of the parameters is
     trained on data set ``r``, so trajectories on different data sets (same ``n``, ``T``, ``d``) step
-    together as one batch (:func:`train_joint_stack`), as :func:`attnlib.stack_problems` does for
+    together as one batch (:func:`attnlib.optim.train_joint_stack`), as :func:`attnlib.stack_problems` does for
     fixed-head problems.
     """
 
@@ -1212,7 +1181,7 @@ class StackedDecoderAttention(DecoderAttention, StackedJointAttention):
     The keys ``vec(x_it z_iᵀ)`` are (R, n, T, d·d_z); methods take ``p`` (*batch, R, d·d_z) and
     ``v`` (*batch, R, d), and row ``r`` of the parameters sees data set ``r`` only
     (:class:`attnlib.model.StackedJointAttention`'s data axes), so the (W, u) runs on R data sets
-    step together as one batch (:func:`train_decoder_stack`). ``Z=None`` uses ``z_i = x_i1`` per row.
+    step together as one batch (:func:`attnlib.optim.train_joint_stack`). ``Z=None`` uses ``z_i = x_i1`` per row.
     """
 
 

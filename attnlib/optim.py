@@ -15,8 +15,8 @@ gradient is exactly zero, or the Polyak step explodes because ``L*`` is out of r
 heading to a local selection); the others go on.
 
 Every trainer is here: :func:`train` (p or W, a batch of starts or a stack of problems),
-:func:`train_joint` / :func:`train_joint_problem` / :func:`train_joint_stack` /
-:func:`train_decoder_stack` (the attention with its head or decoder), :func:`train_kq` (the
+:func:`train_joint` / :func:`train_joint_problem` / :func:`train_joint_stack` (the attention with
+its head or its decoder, one problem or a stack), :func:`train_kq` (the
 factorisation ``W = K Qᵀ``), :func:`train_many` and the batching planner :func:`train_problems`.
 """
 
@@ -65,12 +65,21 @@ __all__ = [
     "train_many",
     "train_joint_stack",
     "truncate_joint",
-    "train_decoder_stack",
     "NORMALIZATIONS",
     "FactorTrajectory",
     "kq_init",
     "train_kq",
     "train_problems",
+    "MirrorDescent",
+    "SignDescent",
+    "CoordinateDescent",
+    "SpectralDescent",
+    "Adam",
+    "RuleBlocks",
+    "GEOMETRY_METHODS",
+    "mirror_map",
+    "inverse_mirror_map",
+    "dual_exponent",
 ]
 
 
@@ -182,6 +191,10 @@ class StepRule:
 
     #: the method's name (``Trajectory.method``).
     name = ""
+    #: whether the rule computes the new parameters itself (:meth:`update`, from θ, the gradient
+    #: and per-trajectory state) instead of a :meth:`move`: the mirror, steepest-descent and Adam
+    #: rules at the end of this module.
+    moves_itself = False
     #: whether the rule needs the loss (``log(L − L*)`` for :meth:`lengths`, ``L`` for
     #: :meth:`joint_moves`) at every step, not only at the recorded ones.
     needs_loss = False
@@ -202,6 +215,17 @@ class StepRule:
         unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
         length = self.lengths(lrs, log_grad_norm, log_gap)
         return length[:, None] * unit, length
+
+    def init_state(self, flat: np.ndarray, shape: tuple[int, ...]):
+        """Per-trajectory state of a rule that :attr:`moves_itself` (e.g. Adam's moments); None by default."""
+        return None
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        """New parameters (B, size) from ``flat`` (B, size) and the gradient ``∇L = exp(log_scale)·g``
+        (``log_scale`` (B,), ``g`` (B, size) of order one), step sizes ``lrs`` (B,) and ``state``
+        (updated in place); ``shape`` is the parameter shape. Only for rules that :attr:`moves_itself`.
+        """
+        raise NotImplementedError
 
     def stops(self, prob: AttentionProblem, terms: Terms, flat, lengths, active) -> dict[int, str]:
         """Trajectories to stop before this step, ``{member: reason}`` (none by default).
@@ -303,8 +327,10 @@ def step_rule(method, polyak_max_step: float = 10.0) -> StepRule:
     """
     if isinstance(method, StepRule):
         return method
+    if method in GEOMETRY_METHODS:  # the optimizer-geometry rules, with their default parameters
+        return GEOMETRY_METHODS[method]()
     if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ValueError(f"method must be one of {list(METHODS) + list(GEOMETRY_METHODS)}, got {method!r}")
     if method == "polyak":
         return PolyakStep(polyak_max_step)
     return GradientDescent() if method == "gd" else NormalizedGradientDescent()
@@ -499,6 +525,7 @@ def train(
     out_loss = np.empty((R, B))
     out_log_gap = np.empty((R, B))
     out_log_gn = np.empty((R, B))
+    state = rule.init_state(flat, prob.shape) if rule.moves_itself else None
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
 
@@ -519,6 +546,8 @@ def train(
     def move(seen, loop):
         terms, log_scale, g, g_norm, log_gn = seen
         loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
+        if rule.moves_itself:  # mirror / steepest / Adam rules (the last section of this module)
+            return (flat - rule.update(flat, log_scale, g, lrs, state, prob.shape),)
         step, length = rule.move(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None, g, g_norm)
         for b, why in rule.stops(prob, terms, flat, length, loop.active).items():
             loop.stop(b, why)
@@ -735,42 +764,76 @@ def train_many(
     )
 
 
-def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logistic", **options) -> list:
-    """:func:`attnlib.train_joint` on several data sets at once: one batched run, one trajectory each.
+def train_joint_stack(problems, p0, v0, steps: int, **options) -> list:
+    """:func:`train_joint_problem` on several joint problems as one batch, one trajectory each.
 
     Args:
-        datasets: sequence of ``(X, y)`` with the same ``X.shape`` (n, T, d).
-        p0: (d_k,), (B, d_k) (the same starts for every data set) or (S, B, d_k) (one batch per data
-            set); ``v0`` likewise with ``d``.
-        steps, W, loss: as in :func:`attnlib.train_joint`.
+        problems: a non-empty sequence of S :class:`JointAttention` of one kind: prompt attention
+            (one ``X.shape`` (n, T, d), one ``W``, one loss; e.g. ``JointAttention(X, y, W, loss)``
+            per data set) or :class:`DecoderAttention` (self-attention with a trainable decoder: one
+            ``X.shape``, one ``Z.shape``, one loss; :func:`attnlib.model.joint_self_attention`).
+        p0: (d_k,), (B, d_k) (the same starts for every problem) or (S, B, d_k) (one batch per
+            problem); ``v0`` likewise with ``d``.
         options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
-            :func:`attnlib.optim.train_joint_problem`, which takes the one batched step.
+            :func:`train_joint_problem`, which takes the one batched step (on a
+            :class:`StackedJointAttention` or a :class:`StackedDecoderAttention`).
 
-    Returns a list of :class:`attnlib.optim.JointTrajectory`, one per data set, each with ``p``
-    (R, B, d_k), ``v`` (R, B, d) and its own :class:`JointAttention` as ``problem``: the same as
-    ``S`` separate :func:`attnlib.train_joint` calls, with one Python loop over the iterations.
+    Returns a list of :class:`JointTrajectory`, one per problem (``p`` (R, B, d_k), ``v`` (R, B, d),
+    ``problem`` the problem passed): the same as S separate :func:`train_joint_problem` calls, with
+    one Python loop over the iterations.
 
     >>> import numpy as np, attnlib as al
     >>> sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
-    >>> trajs = train_joint_stack(sets, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> problems = [al.JointAttention(X, y, np.eye(2), "logistic") for X, y in sets]
+    >>> trajs = train_joint_stack(problems, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
     >>> one = al.train_joint(*sets[1], al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
     >>> len(trajs), bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
     (2, True)
+    >>> Js = [al.model.joint_self_attention(D.X, D.y) for D in (al.datasets.planted_tokens(4, 5, 6, s) for s in (0, 1))]
+    >>> trajs = train_joint_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> one = train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (True, True)
     """
-    Xs = [np.asarray(X, float) for X, _ in datasets]
-    ys = [np.asarray(y, float) for _, y in datasets]
-    if not Xs or any(X.ndim != 3 or X.shape != Xs[0].shape for X in Xs):
-        raise ValueError("datasets must be a non-empty sequence of (X, y) with X of one shape (n, T, d)")
-    d = Xs[0].shape[2]
-    W = np.eye(d) if W is None else np.asarray(W, float)
+    problems = list(problems)
+    if not problems or not all(isinstance(J, JointAttention) for J in problems):
+        raise ValueError("problems must be a non-empty sequence of JointAttention (or DecoderAttention) problems")
+    decoders = [isinstance(J, DecoderAttention) for J in problems]
+    if any(decoders) and not all(decoders):
+        raise ValueError("problems must be all prompt-attention JointAttention or all DecoderAttention, not a mix")
+    first = problems[0]
+    for s, J in enumerate(problems):
+        if J.X.ndim != 3 or J.X.shape != first.X.shape:
+            raise ValueError(
+                f"problems must share X.shape (n, T, d): problem 0 has {first.X.shape}, problem {s} has {J.X.shape}"
+            )
+        if J.loss.name != first.loss.name:
+            raise ValueError(
+                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
+            )
+        if decoders[0] and J.Z.shape != first.Z.shape:
+            raise ValueError(
+                f"problems must share Z.shape (n, d_z): problem 0 has {first.Z.shape}, problem {s} has {J.Z.shape}"
+            )
+        if not decoders[0] and not np.array_equal(J.W, first.W):
+            raise ValueError(f"problems must share the key matrix W: problem {s} has another one than problem 0")
+    X, y = np.stack([J.X for J in problems]), np.stack([J.y for J in problems])
+    d = X.shape[-1]
+    if decoders[0]:
+        Z = np.stack([J.Z for J in problems])
 
-    def stack(B):
-        return StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
+        def stack(B):
+            rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
+            return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
 
-    def problem(s, rows):
-        return JointAttention(Xs[s], ys[s], W, rows.loss)
+        dims = (d * Z.shape[-1], d)
+    else:
 
-    return _train_joint_rows(len(Xs), stack, (W.shape[0], d), p0, v0, steps, problem, **options)
+        def stack(B):
+            return StackedJointAttention(np.repeat(X, B, axis=0), np.repeat(y, B, axis=0), first.W, first.loss)
+
+        dims = (first.W.shape[0], d)
+    return _train_joint_rows(len(problems), stack, dims, p0, v0, steps, lambda s, _: problems[s], **options)
 
 
 def _train_joint_rows(S: int, stack, dims, p0, v0, steps: int, problem, **options) -> list:
@@ -818,57 +881,6 @@ def truncate_joint(traj, steps: int):
     """The records of a :class:`attnlib.optim.JointTrajectory` up to iteration ``steps`` (a view)."""
     keep = np.asarray(traj.steps) <= steps
     return replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
-
-
-def train_decoder_stack(problems, p0, v0, steps: int, **options) -> list:
-    """:func:`attnlib.optim.train_joint_problem` on several :class:`DecoderAttention` problems as one batch.
-
-    Args:
-        problems: sequence of S :class:`DecoderAttention` with one ``X.shape`` (n, T, d), one
-            ``Z.shape`` (n, d_z) and one loss.
-        p0: ``vec W`` starts, (d·d_z,), (B, d·d_z) (the same for every problem) or (S, B, d·d_z);
-            ``v0`` (the decoder ``u``) likewise with ``d``.
-        steps, options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
-            :func:`attnlib.optim.train_joint_problem`, which takes the one batched step
-            (a :class:`StackedDecoderAttention`).
-
-    Returns one :class:`attnlib.optim.JointTrajectory` per problem (``p`` (R, B, d·d_z), ``v``
-    (R, B, d), ``problem`` the problem passed): the same as S separate
-    :func:`attnlib.optim.train_joint_problem` calls, with one Python loop over the iterations.
-
-    >>> import numpy as np, attnlib as al
-    >>> Js = [al.model.joint_self_attention(D.X, D.y) for D in (al.datasets.planted_tokens(4, 5, 6, s) for s in (0, 1))]
-    >>> trajs = train_decoder_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
-    >>> one = train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
-    >>> len(trajs), trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
-    (2, True, True)
-    """
-    problems = list(problems)
-    if not problems or not all(isinstance(J, DecoderAttention) for J in problems):
-        raise ValueError(
-            "problems must be a non-empty sequence of DecoderAttention (attnlib.model.joint_self_attention)"
-        )
-    first = problems[0]
-    for s, J in enumerate(problems):
-        if J.X.ndim != 3 or J.X.shape != first.X.shape or J.Z.shape != first.Z.shape:
-            raise ValueError(
-                f"problems must share X.shape (n, T, d) and Z.shape (n, d_z): problem 0 has {first.X.shape} "
-                f"and {first.Z.shape}, problem {s} has {J.X.shape} and {J.Z.shape}"
-            )
-        if J.loss.name != first.loss.name:
-            raise ValueError(
-                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
-            )
-    X, y, Z = (np.stack([getattr(J, a) for J in problems]) for a in ("X", "y", "Z"))
-    d = X.shape[-1]
-
-    def stack(B):
-        rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
-        return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
-
-    return _train_joint_rows(
-        len(problems), stack, (d * Z.shape[-1], d), p0, v0, steps, lambda s, _: problems[s], **options
-    )
 
 
 NORMALIZATIONS = ("joint", "separate")
@@ -1148,3 +1160,238 @@ def train_problems(
         for b, j in enumerate(members):
             out[j] = run.theta[:, b]
     return out
+
+
+# ---------------------------------------------------------------------- optimizer geometry
+# Step rules that compute the new parameters themselves (``StepRule.moves_itself``): mirror
+# descent with the ℓp potential, normalised steepest descent for the ℓ∞, ℓ1 and spectral norms,
+# and Adam. They run through :func:`train` like GD/NGD/Polyak (same gradient, stops and records).
+
+
+def dual_exponent(p: float) -> float:
+    """``q = p/(p − 1)``, the exponent of the dual norm of ℓp.
+
+    >>> dual_exponent(3.0), dual_exponent(1.5)
+    (1.5, 3.0)
+    """
+    return p / (p - 1.0)
+
+
+def mirror_map(theta, p: float) -> np.ndarray:
+    """``∇ψ(θ) = sign(θ)|θ|^{p−1}`` for the potential ``ψ(θ) = ‖θ‖_p^p / p`` (entrywise).
+
+    >>> mirror_map(np.array([2.0, -3.0]), 3.0).tolist()
+    [4.0, -9.0]
+    """
+    theta = np.asarray(theta, float)
+    return np.sign(theta) * np.abs(theta) ** (p - 1.0)
+
+
+def inverse_mirror_map(z, p: float) -> np.ndarray:
+    """``(∇ψ)^{-1}(z) = sign(z)|z|^{1/(p−1)}``, the inverse of :func:`mirror_map`.
+
+    >>> inverse_mirror_map(mirror_map(np.array([2.0, -3.0]), 3.0), 3.0).tolist()
+    [2.0, -3.0]
+    """
+    z = np.asarray(z, float)
+    return np.sign(z) * np.abs(z) ** (1.0 / (p - 1.0))
+
+
+def _check_exponent(p) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 1.0 < p < np.inf:
+        raise ValueError(f"p must be a real number in (1, inf), got {p!r}")
+    return float(p)
+
+
+def _scaled_norm(g: np.ndarray, q: float) -> np.ndarray:
+    """``‖g‖_q`` (B,) of rows of order one (no overflow: ``g`` is the order-one part of ∇L)."""
+    return np.sum(np.abs(g) ** q, axis=-1) ** (1.0 / q)
+
+
+@dataclass(frozen=True)
+class MirrorDescent(StepRule):
+    """Mirror descent with the ℓp potential ``ψ(θ) = ‖θ‖_p^p / p`` ([MD-ATT] ℓp-AttGD):
+
+    .. math::
+
+        ∇ψ(θ^+) = ∇ψ(θ) − η ∇L(θ), \\qquad ∇ψ(θ) = \\operatorname{sign}(θ)|θ|^{p−1}.
+
+    ``p = 2`` is GD. With ``normalized=True`` the dual step is ``η ∇L/‖∇L‖_q`` (``q = p/(p−1)``,
+    the dual norm), the ℓp analogue of NGD (``p = 2``: NGD); the dual variable then grows like
+    ``ηt``. The plain step uses the gradient's true scale ``exp(log_scale)·g`` (it underflows
+    late, as it does for GD).
+
+    >>> import numpy as np, attnlib as al
+    >>> traj = train(al.datasets.single_input(), np.zeros(3), 50, method=MirrorDescent(p=3.0), lr=0.5)
+    >>> traj.method, traj.theta.shape
+    ('mirror', (51, 1, 3))
+    """
+
+    p: float = 3.0
+    normalized: bool = False
+    name = "mirror"
+    moves_itself = True
+
+    def __post_init__(self):
+        _check_exponent(self.p)
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        dual = mirror_map(flat, self.p)
+        if self.normalized:
+            size = _scaled_norm(g, dual_exponent(self.p))
+            step = (lrs / np.where(size > 0, size, 1.0))[:, None] * g
+        else:
+            step = (lrs * np.exp(log_scale))[:, None] * g
+        return inverse_mirror_map(dual - step, self.p)
+
+
+class SignDescent(StepRule):
+    """Normalised steepest descent for the ℓ∞ norm: ``θ ← θ − η sign(∇L)`` (sign descent).
+
+    The move ``argmin_{‖Δ‖∞ ≤ η} ⟨∇L, Δ⟩``; scale-free, so the order-one ``g`` suffices.
+    """
+
+    name = "sign"
+    moves_itself = True
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        return flat - lrs[:, None] * np.sign(g)
+
+
+class CoordinateDescent(StepRule):
+    """Normalised steepest descent for the ℓ1 norm: ``θ ← θ − η sign(∂_j L) e_j``, ``j = argmax_j |∂_j L|``.
+
+    The move ``argmin_{‖Δ‖₁ ≤ η} ⟨∇L, Δ⟩`` (greedy coordinate descent; ties go to the first coordinate).
+    """
+
+    name = "l1"
+    moves_itself = True
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        j = np.argmax(np.abs(g), axis=-1)
+        rows = np.arange(len(flat))
+        moved = flat.copy()
+        moved[rows, j] -= lrs * np.sign(g[rows, j])
+        return moved
+
+
+@dataclass(frozen=True)
+class SpectralDescent(StepRule):
+    """Normalised steepest descent for the spectral norm on matrices: ``W ← W − η U Vᵀ``.
+
+    ``∇L = U S Vᵀ`` (thin SVD); ``U Vᵀ`` (over the singular values above ``rank_tol · s_max``) is the
+    polar factor, the move ``argmin_{‖Δ‖₂ ≤ η} ⟨∇L, Δ⟩`` of least Frobenius norm. Matrix parameters only.
+    """
+
+    rank_tol: float = 1e-10
+    name = "spectral"
+    moves_itself = True
+
+    def init_state(self, flat, shape):
+        if len(shape) != 2:
+            raise ValueError(f"the spectral step needs a matrix parameter, got parameter shape {shape}")
+        return None
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        U, S, Vt = np.linalg.svd(g.reshape((len(g),) + tuple(shape)), full_matrices=False)
+        keep = S > self.rank_tol * S[:, :1]
+        polar = np.einsum("bik,bk,bkj->bij", U, keep.astype(float), Vt)
+        return flat - lrs[:, None] * polar.reshape(len(g), -1)
+
+
+@dataclass(frozen=True)
+class Adam(StepRule):
+    """Adam (Kingma & Ba) with bias correction: ``θ ← θ − η m̂/(√v̂ + ε)``.
+
+    ``m ← β₁m + (1−β₁)∇L``, ``v ← β₂v + (1−β₂)∇L²``. The moments are stored relative to the current
+    gradient scale ``exp(log_scale)`` (rescaled each step), so they neither underflow nor overflow
+    when ``∇L`` does; ``eps`` is compared in the same units. ``eps = 0`` (the default) is the
+    regime of the ℓ∞ implicit-bias results for Adam; a positive ``eps`` makes Adam GD-like once
+    ``|∇L| ≪ eps``.
+    """
+
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 0.0
+    name = "adam"
+    moves_itself = True
+
+    def init_state(self, flat, shape):
+        B = len(flat)
+        return {"m": np.zeros_like(flat), "v": np.zeros_like(flat), "scale": np.zeros(B), "t": 0}
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        state["t"] += 1
+        t = state["t"]
+        first = t == 1
+        # Moments in units of exp(log_scale): rescale the old ones to the new unit.
+        shift = np.zeros_like(log_scale) if first else np.exp(np.clip(state["scale"] - log_scale, -700, 700))
+        state["m"] = self.beta1 * shift[:, None] * state["m"] + (1 - self.beta1) * g
+        state["v"] = self.beta2 * (shift**2)[:, None] * state["v"] + (1 - self.beta2) * g * g
+        state["scale"] = np.where(np.isfinite(log_scale), log_scale, state["scale"])
+        m_hat = state["m"] / (1 - self.beta1**t)
+        v_hat = state["v"] / (1 - self.beta2**t)
+        eps = self.eps * np.exp(-np.clip(log_scale, -700, 700))[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step = np.where(m_hat != 0, m_hat / (np.sqrt(v_hat) + eps), 0.0)
+        return flat - lrs[:, None] * step
+
+
+@dataclass(frozen=True)
+class RuleBlocks(StepRule):
+    """Several rules in one batch: trajectories ``[offset_k, offset_k + sizes[k])`` step by ``rules[k]``.
+
+    One :func:`train` call then runs every optimizer together (the per-step cost of the gradient
+    is shared). Each block is a rule that :attr:`~StepRule.moves_itself`, or GD/NGD (moved by their
+    :meth:`~StepRule.lengths` along ``−∇L/‖∇L‖``); the Polyak step is not supported.
+
+    >>> import numpy as np, attnlib as al
+    >>> rule = RuleBlocks((step_rule("ngd"), SignDescent()), (2, 2))
+    >>> traj = train(al.datasets.single_input(), np.zeros((4, 3)), 10, method=rule, lr=0.1)
+    >>> bool(np.allclose(traj.theta[-1, 2:, :2], [[-1.0, 1.0], [-1.0, 1.0]]))
+    True
+    """
+
+    rules: tuple
+    sizes: tuple
+    name = "blocks"
+    moves_itself = True
+
+    def __post_init__(self):
+        if len(self.rules) != len(self.sizes) or not all(isinstance(r, StepRule) for r in self.rules):
+            raise ValueError("rules must be StepRules, one per entry of sizes")
+        if any(r.needs_loss for r in self.rules):
+            raise ValueError("RuleBlocks does not support rules that need the loss (the Polyak step)")
+
+    def _slices(self, B: int):
+        ends = np.cumsum(self.sizes)
+        if ends[-1] != B:
+            raise ValueError(f"the blocks hold {int(ends[-1])} trajectories, the batch {B}")
+        return [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)]
+
+    def init_state(self, flat, shape):
+        return [
+            r.init_state(flat[sl], shape) if r.moves_itself else None
+            for r, sl in zip(self.rules, self._slices(len(flat)))
+        ]
+
+    def update(self, flat, log_scale, g, lrs, state, shape):
+        moved = np.empty_like(flat)
+        for rule, sl, sub in zip(self.rules, self._slices(len(flat)), state):
+            if rule.moves_itself:
+                moved[sl] = rule.update(flat[sl], log_scale[sl], g[sl], lrs[sl], sub, shape)
+            else:
+                g_norm = np.sqrt((g[sl] * g[sl]).sum(axis=-1))
+                length = rule.lengths(lrs[sl], log_scale[sl] + np.log(g_norm))
+                moved[sl] = flat[sl] - (length / np.where(g_norm > 0, g_norm, 1.0))[:, None] * g[sl]
+        return moved
+
+
+#: The optimizer-geometry rules by name, each with its default parameters (``step_rule`` maps them).
+GEOMETRY_METHODS = {
+    "mirror": MirrorDescent,
+    "sign": SignDescent,
+    "l1": CoordinateDescent,
+    "spectral": SpectralDescent,
+    "adam": Adam,
+}

@@ -70,11 +70,11 @@ class Browser:
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
         )
 
-    def open(self, site: Path, page_name: str):
-        return self.open_url((site / f"{page_name}.html").as_uri())
+    def open(self, site: Path, page_name: str, viewport: tuple[int, int] = (1280, 900)):
+        return self.open_url((site / f"{page_name}.html").as_uri(), viewport=viewport)
 
-    def open_url(self, url: str, typeset: bool = True):
-        context = self.browser.new_context(viewport={"width": 1280, "height": 900})
+    def open_url(self, url: str, typeset: bool = True, viewport: tuple[int, int] = (1280, 900)):
+        context = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         problems: list[str] = []
 
         def offline(route):
@@ -92,7 +92,7 @@ class Browser:
         page = context.new_page()
         page.on("console", lambda message: message.type == "error" and problems.append(f"console: {message.text}"))
         page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.goto(url, wait_until="load")
+        page.goto(url, wait_until="load", timeout=120_000)  # heavy pages on a busy 2-core machine
         if typeset:
             # MathJax 3 typesets asynchronously; its startup promise settles after the first pass.
             page.wait_for_function("() => window.MathJax === undefined || (MathJax.startup && MathJax.startup.promise)")
@@ -141,6 +141,86 @@ def test_page_renders_offline_with_math_and_a_clean_console(browser, built_site,
     page.wait_for_timeout(500)  # late console errors (widget rendering)
     _screenshot(page, page_name)
     assert not problems, "\n".join(problems)
+
+
+# A reader's two windows: a laptop, and a phone held upright.
+VIEWPORTS = {"1280px": (1280, 900), "phone": (390, 844)}
+# Elements of the main content that pass the content column's right edge without being inside a
+# frame that scrolls (overflow-x auto or scroll), elements that cut their own content off
+# (overflow-x hidden or clip with scrollWidth > clientWidth), and code or output blocks that do not
+# wrap (a <pre> wider than its box): clipped, for the reader. Display equations and tables may
+# scroll inside their frame. Only the outermost such element is reported.
+CLIPPED_JS = """
+() => {
+  const column = document.querySelector('article.bd-article') || document.querySelector('main');
+  const edge = column.getBoundingClientRect().right + 1;
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const describe = el => {
+    const text = (el.innerText || el.getAttribute('alt') || '').trim().replace(/\\s+/g, ' ').slice(0, 70);
+    const names = typeof el.className === 'string' ? el.className.trim() : '';
+    const cls = names ? '.' + names.split(/\\s+/).join('.') : '';
+    return `${el.tagName.toLowerCase()}${cls} (right edge ${Math.round(el.getBoundingClientRect().right)} > `
+      + `${Math.round(edge - 1)}; scrollWidth ${el.scrollWidth} / ${el.clientWidth}): ${text}`;
+  };
+  const found = [];
+  const reported = [];
+  for (const el of column.querySelectorAll('*')) {
+    // MathJax's assistive MathML is visually hidden on purpose (it is for screen readers).
+    if (reported.some(r => r.contains(el)) || el.closest('mjx-assistive-mml')) continue;
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || box.height === 0) continue;
+    const style = getComputedStyle(el);
+    const wider = el.scrollWidth > el.clientWidth + 1;
+    // Overflow does not apply to inline boxes. A math box (overflow hidden in the theme) clips its
+    // formula when the typeset formula is wider than the box; MathJax's glyph boxes overhang a
+    // little (an italic letter's scrollWidth) without anything hidden.
+    let cutsOff = false;
+    if (['hidden', 'clip'].includes(style.overflowX) && style.display !== 'inline') {
+      if (el.matches('span.math, div.math')) {
+        const jax = el.querySelector('mjx-container');
+        cutsOff = !!jax && jax.getBoundingClientRect().width > box.width + 1;
+      } else {
+        cutsOff = wider && !el.closest('mjx-container');
+      }
+    }
+    // Code and outputs wrap: a command hidden behind a scroll bar is cut off for a reader who copies it.
+    const unwrapped = el.tagName === 'PRE' && wider;
+    let passes = box.right > edge;
+    if (passes) {
+      for (let up = el.parentElement; up && column.contains(up); up = up.parentElement) {
+        if (scrolls(up) && up.getBoundingClientRect().right <= edge) { passes = false; break; }
+      }
+    }
+    if (passes || cutsOff || unwrapped) { found.push(describe(el)); reported.push(el); }
+  }
+  return found;
+}
+"""
+# Every visible picture: its natural width against the CSS width it is shown at.
+PICTURE_RESOLUTION_JS = """
+() => [...document.querySelectorAll('main img')]
+  .filter(img => img.clientWidth > 0 && !img.src.endsWith('.svg'))
+  .map(img => ({src: img.src.slice(-60), natural: img.naturalWidth, shown: img.clientWidth, alt: img.alt}))
+"""
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+@pytest.mark.parametrize("page_name", PAGES)
+def test_nothing_is_clipped_and_pictures_are_sharp(browser, built_site, page_name, viewport):
+    """At 1280 px and on a phone: nothing of the content passes the column's edge outside a scrolling
+    frame, and every picture has at least two image pixels per CSS pixel it is shown on."""
+    page, _ = browser.open(built_site, page_name, viewport=VIEWPORTS[viewport])
+    page.wait_for_timeout(300)  # the widget manager and the sliders lay themselves out
+    _screenshot(page, f"{page_name}__{viewport}")
+    clipped = page.evaluate(CLIPPED_JS)
+    pictures = page.evaluate(PICTURE_RESOLUTION_JS)
+    page.context.close()
+    assert not clipped, f"{len(clipped)} elements clipped at {viewport}:\n" + "\n".join(clipped[:25])
+    blurry = [p for p in pictures if p["natural"] < 2 * p["shown"] - 1]
+    assert not blurry, f"{len(blurry)} pictures under 2 image px per CSS px: " + "; ".join(
+        f"{p['src']}: {p['natural']} px shown at {p['shown']}" for p in blurry[:10]
+    )
+    assert all(p["alt"].strip() for p in pictures), "a picture without alt text"
 
 
 def _shown_picture(slider_box) -> str:

@@ -1,10 +1,33 @@
 """The token-selection problem: gradients, loss gap, stability at saturation, bad input."""
 
-import mpmath
 import numpy as np
 import pytest
 
 import attnlib as al
+
+
+def _problem(seed=0, n=4, T=5, d=6, cross=False, loss="logistic"):
+    D = al.datasets.planted_tokens(n, T, d, seed, queries="cross" if cross else "self")
+    return D, al.model.joint_self_attention(D.X, D.y, Z=D.Z, loss=loss)
+
+
+def _direct_loss(D, W, u, Z=None, loss="logistic"):
+    """L(W, u) written out from the model f(X) = u^T X^T softmax(X W z), without the library."""
+    Z = D.X[:, 0] if Z is None else Z
+    logits = np.einsum("itd,de,ie->it", D.X, W, Z)
+    s = np.exp(logits - logits.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    m = D.y * np.einsum("it,itd,d->i", s, D.X, u)
+    return np.mean(np.logaddexp(0, -m) if loss == "logistic" else np.exp(-m))
+
+
+def _stack_inputs(S=3, cross=False, B=2, seed=10):
+    problems = [_problem(seed + s, cross=cross)[1] for s in range(S)]
+    rng = np.random.default_rng(seed)
+    P = 0.3 * rng.normal(size=(S, B, problems[0].keys.shape[2]))
+    V = 0.3 * rng.normal(size=(S, B, problems[0].X.shape[2]))
+    return problems, P, V
+
 
 LOSS_NAMES = sorted(al.losses.LOSSES)
 
@@ -20,6 +43,178 @@ def random_self(seed, loss, n=3, T=4, d=3, cross=False):
     X = rng.normal(size=(n, T, d))
     Z = rng.normal(size=(n, d + 1)) if cross else None
     return al.self_attention(X, rng.choice([-1, 1], n), rng.normal(size=d), Z, loss)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+@pytest.mark.parametrize("loss", ["logistic", "exponential"])
+def test_value_matches_the_model(cross, loss):
+    D, J = _problem(1, cross=cross, loss=loss)
+    rng = np.random.default_rng(0)
+    W, u = rng.normal(size=J.shape), rng.normal(size=D.X.shape[2])
+    assert np.isclose(J.value(W.ravel(), u), _direct_loss(D, W, u, D.Z, loss), rtol=1e-12)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_decoder_gradient_matches_finite_differences(cross, central_difference):
+    D, J = _problem(2, cross=cross)
+    rng = np.random.default_rng(1)
+    W, u = rng.normal(size=J.shape), rng.normal(size=D.X.shape[2])
+    gW, gu = J.grad(W.ravel(), u)
+    fd_W = central_difference(lambda w: float(J.value(w, u)), W.ravel())
+    fd_u = central_difference(lambda v: float(J.value(W.ravel(), v)), u)
+    assert np.allclose(gW, fd_W, rtol=1e-6, atol=1e-9)
+    assert np.allclose(gu, fd_u, rtol=1e-6, atol=1e-9)
+
+
+def test_batched_gradient_matches_one_by_one():
+    D, J = _problem(3)
+    rng = np.random.default_rng(2)
+    P, V = rng.normal(size=(3, J.keys.shape[2])), rng.normal(size=(3, D.X.shape[2]))
+    gP, gV = J.grad(P, V)
+    for b in range(3):
+        gp, gv = J.grad(P[b], V[b])
+        assert np.allclose(gP[b], gp) and np.allclose(gV[b], gv)
+
+
+def test_planted_tokens_is_the_global_family():
+    D = al.datasets.planted_tokens(6, 8, 10, seed=7)
+    prob = al.datasets.random_tokens(6, 8, 10, 7, family="global")
+    assert np.array_equal(D.X, prob.factors[0])
+    fixed = al.self_attention(D.X, D.y, D.u_star)
+    assert np.array_equal(fixed.opt, D.signal)
+    assert np.allclose(np.delete(fixed.gamma, D.signal + 8 * np.arange(6)), 0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_stacked_gradient_matches_finite_differences(cross, central_difference):
+    # The stacked loss of row r as a function of row r's (vec W, u) alone, the other rows held fixed.
+    problems, _, _ = _stack_inputs(S=2, cross=cross)
+    X, y = np.stack([J.X for J in problems]), np.stack([J.y for J in problems])
+    Z = np.stack([J.Z for J in problems]) if cross else None
+    stack = al.model.StackedDecoderAttention(X, y, np.eye(X.shape[-1]), problems[0].loss, Z)
+    assert stack.keys.shape == (2,) + problems[0].keys.shape
+    rng = np.random.default_rng(5)
+    P, V = rng.normal(size=(2, stack.keys.shape[-1])), rng.normal(size=(2, X.shape[-1]))
+    gP, gV = stack.grad(P, V)
+
+    def row_value(r, p=None, v=None):
+        P2, V2 = P.copy(), V.copy()
+        P2[r] = P[r] if p is None else p
+        V2[r] = V[r] if v is None else v
+        return float(stack.value(P2, V2)[r])
+
+    for r, J in enumerate(problems):
+        assert np.isclose(row_value(r), J.value(P[r], V[r]), rtol=1e-14)
+        fd_p = central_difference(lambda p, r=r: row_value(r, p=p), P[r])
+        fd_v = central_difference(lambda v, r=r: row_value(r, v=v), V[r])
+        assert np.allclose(gP[r], fd_p, rtol=1e-6, atol=1e-9) and np.allclose(gV[r], fd_v, rtol=1e-6, atol=1e-9)
+        gp, gv = J.grad(P[r], V[r])
+        assert np.allclose(gP[r], gp, rtol=1e-12, atol=1e-15) and np.allclose(gV[r], gv, rtol=1e-12, atol=1e-15)
+
+
+def test_rank_one_stack_matches_the_dense_features():
+    # A stack of self-attention problems takes the rank-one path (x_itᵀ W z_i); the same problems
+    # without their factors take the dense one (⟨W, A_it⟩). Both sum ~d·d_z products: agree to 1e-13.
+    probs = [al.datasets.random_tokens(5, 6, 7, seed=s, queries="cross") for s in range(4)]
+    dense = al.stack_problems([al.token_selection(p.A, p.gamma, p.loss) for p in probs])
+    stack = al.stack_problems(probs)
+    assert stack.factors is not None and dense.factors is None
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(3, 4, 7, 7))  # a batch of 3 parameter sets for the 4 problems
+    np.testing.assert_allclose(stack.logits(W), dense.logits(W), rtol=0, atol=1e-13 * np.abs(dense.logits(W)).max())
+    g, gd = stack.grad(W), dense.grad(W)
+    np.testing.assert_allclose(g, gd, rtol=0, atol=1e-13 * np.abs(gd).max())
+    w = rng.normal(size=(3, 4, 5, 6))
+    np.testing.assert_allclose(stack.adjoint_flat(w), dense.adjoint_flat(w), rtol=0, atol=1e-12)
+
+
+def test_stacked_joint_attention_rows_match_joint_attention():
+    sets = [al.datasets.random_joint_tokens(n=4, seed=k) for k in range(3)]
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    rows = al.model.StackedJointAttention(X, y, np.eye(2), "logistic")
+    rng = np.random.default_rng(0)
+    p, v = rng.standard_normal((5, 3, 2)), rng.standard_normal((5, 3, 2))
+    gp, gv = rows.grad(p, v)
+    for r, (Xr, yr) in enumerate(sets):
+        one = al.JointAttention(Xr, yr, np.eye(2), "logistic")
+        a, b = one.grad(p[:, r], v[:, r])
+        np.testing.assert_allclose(gp[:, r], a, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(gv[:, r], b, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(rows.value(p, v)[:, r], one.value(p[:, r], v[:, r]), rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------------- prototype
+def test_logistic_regression_is_linear_logistic_regression():
+    X, y = al.datasets.separable_data(12, 3, seed=0)
+    prob = al.model.logistic_regression(X, y)
+    w = np.random.default_rng(1).normal(size=(5, 3))
+    margins = y * (w @ X.T)  # (5, 12)
+    assert np.allclose(prob.value(w), np.mean(np.logaddexp(0, -margins), axis=-1))
+    classic = -np.einsum("bi,id->bd", y * 0.5 * (1 - np.tanh(margins / 2)), X) / len(y)
+    assert np.allclose(prob.grad(w), classic, rtol=1e-12, atol=1e-15)
+    assert prob.loss_floor == 0.0
+    assert np.allclose(prob.gap(w), prob.value(w), rtol=1e-12)
+
+
+def test_logistic_regression_log_gap_survives_underflow():
+    X, y = al.datasets.separable_data(10, 2, seed=3)
+    prob = al.model.logistic_regression(X, y)
+    w = al.max_margin(prob).theta * 2000.0  # every margin >= 2000: the gap is about e^-2000
+    smallest = np.min(y * (X @ w))
+    log_gap = float(prob.log_gap(w))
+    assert np.isfinite(log_gap)
+    # log(L) = log mean log(1 + e^-m) ≈ logsumexp(-m) - log n for huge margins m.
+    expected = np.log(np.sum(np.exp(-(y * (X @ w)) + smallest))) - smallest - np.log(len(y))
+    assert log_gap == pytest.approx(expected, rel=1e-9)
+
+
+def test_logistic_regression_rejects_bad_labels():
+    with pytest.raises(ValueError, match="labels"):
+        al.model.logistic_regression([[1.0, 0.0]], [2.0])
+    with pytest.raises(ValueError, match="must be"):
+        al.model.logistic_regression([1.0, 0.0], [1.0])
+
+
+# ---------------------------------------------------------------------------------- reduction
+@pytest.mark.parametrize("queries", ["self", "cross"])
+def test_reduction_is_an_isometry_with_the_same_softmax(queries):
+    prob = al.datasets.random_tokens(n=3, T=4, d=6, seed=2, queries=queries)
+    red = al.model.reduce_to_span(prob)
+    assert red.rank == 3 * (4 - 1)
+    c = np.random.default_rng(0).normal(size=(4, red.rank)) * 5
+    W = red.lift(c)
+    assert W.shape == (4, 6, 6)
+    assert np.allclose(np.linalg.norm(W.reshape(4, -1), axis=-1), np.linalg.norm(c, axis=-1), rtol=1e-12)
+    assert np.allclose(red.problem.log_attention(c), prob.log_attention(W), atol=1e-10)
+    assert np.allclose(red.problem.value(c), prob.value(W), rtol=1e-12)
+    # Gradients correspond: the lifted reduced gradient is the full gradient.
+    assert np.allclose(red.lift(red.problem.grad(c)), prob.grad(W), atol=1e-12)
+
+
+def test_reduction_of_low_rank_features_and_padding():
+    prob = al.datasets.multi_input()  # keys in a plane: the span has dimension 2
+    red = al.model.reduce_to_span(prob, size=5)
+    assert red.rank == 2 and red.problem.shape == (5,)
+    c = np.array([1.0, -2.0, 0.0, 0.0, 0.0])
+    assert np.allclose(red.problem.log_attention(c), prob.log_attention(red.lift(c)), atol=1e-12)
+    with pytest.raises(ValueError, match="size"):
+        al.model.reduce_to_span(prob, size=1)
+
+
+def test_factor_gradients_match_finite_differences(central_difference):
+    prob = al.datasets.random_tokens(3, 4, 4, seed=5)
+    rng = np.random.default_rng(6)
+    K, Q = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    gK, gQ = al.model.factor_grad(prob.grad(K @ Q.T), K, Q)
+    fdK = central_difference(lambda k: float(prob.value(k @ Q.T)), K, 1e-6)
+    fdQ = central_difference(lambda q: float(prob.value(K @ q.T)), Q, 1e-6)
+    np.testing.assert_allclose(gK, fdK, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(gQ, fdQ, rtol=1e-6, atol=1e-9)
+    # and of the log-gap objective, as the (K, Q) path uses it
+    _, gW = al.paths.log_gap_grad(prob, K @ Q.T)
+    gK, _ = al.model.factor_grad(gW, K, Q)
+    fdK = central_difference(lambda k: float(prob.log_gap(k @ Q.T)), K, 1e-6)
+    np.testing.assert_allclose(gK, fdK, rtol=1e-5, atol=1e-8)
 
 
 @pytest.mark.parametrize("loss", LOSS_NAMES)
@@ -49,55 +244,6 @@ def test_gap_equals_value_minus_floor_where_both_are_accurate(loss):
     theta = np.random.default_rng(2).normal(size=(5,) + prob.shape)
     np.testing.assert_allclose(prob.gap(theta), prob.value(theta) - prob.loss_floor, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(np.exp(prob.log_gap(theta)), prob.gap(theta), rtol=1e-9)
-
-
-def _mp_gradient(prob, theta, digits=250):
-    """∇L from the textbook formula in 250-digit arithmetic (enough for 1 − σ_opt down to 1e-200)."""
-    mpmath.mp.dps = digits
-    grad = [mpmath.mpf(0)] * prob.size
-    A = prob.A.reshape(prob.n, prob.T, prob.size)
-    for i in range(prob.n):
-        logits = [mpmath.fsum(mpmath.mpf(a) * mpmath.mpf(t) for a, t in zip(A[i, s], theta)) for s in range(prob.T)]
-        top = max(logits)
-        w = [mpmath.exp(z - top) for z in logits]
-        total = mpmath.fsum(w)
-        sigma = [x / total for x in w]
-        f = mpmath.fsum(s * mpmath.mpf(g) for s, g in zip(sigma, prob.gamma[i]))
-        dloss = -1 / (1 + mpmath.exp(f))  # logistic ℓ'(f)
-        for t in range(prob.T):
-            c = dloss * sigma[t] * (mpmath.mpf(prob.gamma[i, t]) - f) / prob.n
-            for k in range(prob.size):
-                grad[k] += c * mpmath.mpf(A[i, t, k])
-    return np.array([float(g) for g in grad])
-
-
-@pytest.mark.parametrize("scale", [40.0, 150.0, 300.0])
-def test_gradient_is_exact_at_saturation(scale):
-    """At ‖θ‖·margin ≈ 300 the textbook float64 form is wrong; ours matches 60-digit arithmetic."""
-    prob = al.datasets.multi_input(seed=0)
-    sol = al.max_margin(prob)
-    theta = scale * sol.theta + np.array([0.3, -0.2, 0.0])  # logit gaps ≈ scale: 1 − σ_opt ≈ e^{-scale}
-    reference = _mp_gradient(prob, theta)
-    assert np.all(np.abs(reference[:2]) > 0)  # the score coordinate carries no key
-    np.testing.assert_allclose(prob.grad(theta), reference, rtol=1e-10)
-
-
-def test_direction_of_gradient_survives_underflow():
-    """Far past float underflow of ‖∇L‖ the scaled gradient still has the right direction."""
-    prob = al.datasets.single_input()
-    sol = al.max_margin(prob)
-    theta = 2000.0 * sol.direction
-    log_scale, g = prob.scaled_grad(theta)
-    assert np.isfinite(log_scale) and log_scale < -1000
-    assert np.linalg.norm(prob.grad(theta)) == 0.0  # the plain value underflows
-    assert al.cosine(-g, sol.theta) > 0.99
-
-
-def test_gradient_exact_near_a_local_selection():
-    """A run saturating on a non-optimal token needs the current selection as reference."""
-    prob = al.datasets.single_input(local=True)
-    theta = np.array([35.0, 0.8, 0.0])
-    np.testing.assert_allclose(prob.grad(theta), _mp_gradient(prob, theta), rtol=1e-10)
 
 
 def test_batched_evaluation_has_leading_axes():
@@ -135,12 +281,6 @@ def test_ties_in_optimal_token_are_rejected():
         al.prompt_attention(X, [1], v=[0.0, 1.0])
 
 
-def test_theta_of_wrong_shape_is_named():
-    prob = al.datasets.single_input()
-    with pytest.raises(ValueError, match="theta must have shape"):
-        prob.value(np.zeros(2))
-
-
 def test_rank_one_self_attention_path_equals_generic_features():
     """The factored self-attention path (A_it = x_it z_iᵀ) gives the generic path's numbers."""
     for queries in ("self", "cross"):
@@ -158,9 +298,6 @@ def test_inconsistent_factors_are_rejected():
     X, Z = prob.factors
     with pytest.raises(ValueError, match="factors"):
         al.TokenSelectionProblem(prob.A, prob.gamma, prob.loss, factors=(X, 2 * Z))
-
-
-# ---------------------------------------------------------------------- the public protocol
 
 
 def test_problems_implement_the_attention_problem_protocol():
@@ -245,3 +382,11 @@ def test_logsumexp_matches_scipy_with_signs_and_weights(seed):
     )
     np.testing.assert_allclose(logsumexp(x, axis=0)[1:], scipy_logsumexp(x, axis=0)[1:], rtol=1e-13)
     np.testing.assert_array_equal(logsumexp(x, axis=0, precise=True), scipy_logsumexp(x, axis=0))
+
+
+def test_stack_refuses_mismatched_problems():
+    with pytest.raises(ValueError, match="problems must share n, T, parameter shape and loss; problem 1"):
+        al.stack_problems([al.datasets.random_tokens(4, 5, 3, seed=0), al.datasets.random_tokens(4, 6, 3, seed=1)])
+    stack = al.stack_problems([al.datasets.single_input(), al.datasets.single_input(local=True)])
+    with pytest.raises(ValueError, match="theta0 must have shape"):
+        al.train(stack, np.zeros((3, 3)), steps=1)

@@ -2,6 +2,8 @@
 
 - :mod:`.checks`: a chapter's claims, each passed, failed or not applicable;
 - :mod:`.params`: a chapter's parameters declared once and validated;
+- :mod:`.style`: the one figure style of the book (:func:`.style.use` in every import cell);
+- :mod:`.prose`: parameters glued for the prose (:func:`glue_parameters`);
 - :mod:`.widgets`: explorers, live in a kernel and precomputed in the static site (:func:`explorer`);
 - :mod:`.run`: one parameterised papermill run and its JSON summary (``python -m attnlib run``);
 - :mod:`.sweep`: grids of runs on a process pool or Dask (``python -m attnlib sweep``);
@@ -11,16 +13,19 @@
 ``import attnlib`` works without Jupyter.
 """
 
-from . import performance, widgets
+from . import performance, style, widgets
 from .checks import CHECK_MIME, STATUSES, Check, Checks
 from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
+from .prose import glue_parameters
 from .timing import blas_threads, timed
 from .widgets import explorer, static_explorers
 
 __all__ = [
     "performance",
+    "style",
     "widgets",
+    "glue_parameters",
     "CHECK_MIME",
     "STATUSES",
     "Check",

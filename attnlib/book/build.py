@@ -48,6 +48,7 @@ __all__ = [
     "build",
     "claims_table",
     "execute_all",
+    "chapter_modules",
     "execution_digest",
     "main",
     "stage_sources",
@@ -58,8 +59,23 @@ BUILD_DIR = "_build"
 STAGE_DIR = f"{BUILD_DIR}/stage"
 FAILED_DIR = f"{BUILD_DIR}/failed"
 RENDER_STAMP = f"{BUILD_DIR}/html.stamp"
-# Besides the notebook itself, what an execution's result depends on.
-EXECUTION_INPUTS = ("attnlib/**/*.py", "requirements.txt", "constraints.txt", "benchmarks/results/*.json")
+# Besides the notebook itself, what every execution's result depends on: the core (and the front
+# doors), the book's machinery, the figures every chapter shares, the pins, the benchmark results.
+# A chapter's own experiment and figure modules are added by chapter_modules().
+EXECUTION_INPUTS = (
+    "attnlib/*.py",
+    "attnlib/book/**/*.py",
+    "attnlib/experiments/__init__.py",
+    "attnlib/figures/__init__.py",
+    "attnlib/figures/common.py",
+    "requirements.txt",
+    "constraints.txt",
+    "benchmarks/results/*.json",
+)
+# How a notebook or a room names a chapter's room: al.experiments.<chapter>, from attnlib.figures
+# import <chapter> as figs, from ..experiments.<chapter> import ..., from .<chapter> import ...
+_ROOM_REFERENCE = re.compile(r"\b(experiments|figures)(?:\.|\s+import\s+)(\w+)")
+_SIBLING_IMPORT = re.compile(r"^from \.(\w+) import", re.M)
 # What the site serves from node_modules (npm ci, versions pinned in package-lock.json): source -> stage.
 VENDORED_ASSETS = {
     "mathjax/es5/tex-mml-chtml.js": "_vendor/mathjax/tex-mml-chtml.js",
@@ -148,12 +164,40 @@ def declared_dependencies(root: Path, notebook: Path) -> list[Path]:
     return sorted(found - {notebook})
 
 
+def chapter_modules(root: Path, notebook: Path) -> list[Path]:
+    """The chapter rooms ``notebook`` uses: the ``attnlib/experiments/<chapter>.py`` and
+    ``attnlib/figures/<chapter>.py`` its code names, and the rooms those import, relative to ``root``.
+
+    A chapter reaches its rooms as ``al.experiments.<chapter>`` / ``al.figures.<chapter>`` or through
+    ``from attnlib.experiments import <chapter>``; a figure module imports its own experiment module
+    and ``figures.common`` (the shared rooms are in :data:`EXECUTION_INPUTS` anyway).
+    """
+    cells = json.loads((root / notebook).read_text(encoding="utf-8")).get("cells", [])
+    code = "\n".join(
+        "".join(c.get("source", [])) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"
+    )
+    pending = [(room, name) for room, name in _ROOM_REFERENCE.findall(code)]
+    found: set[Path] = set()
+    while pending:
+        room, name = pending.pop()
+        path = Path("attnlib", room, f"{name}.py")
+        if path in found or not (root / path).is_file():
+            continue
+        found.add(path)
+        text = (root / path).read_text(encoding="utf-8")
+        pending += _ROOM_REFERENCE.findall(text) + [(room, sibling) for sibling in _SIBLING_IMPORT.findall(text)]
+    return sorted(found)
+
+
 def execution_digest(root: Path, notebook: Path, _seen: frozenset = frozenset()) -> str:
-    """A hash of everything an execution of ``notebook`` depends on: its bytes, attnlib, the pins,
+    """A hash of everything an execution of ``notebook`` depends on: its bytes, the core, the book's
+    machinery and the pins (:data:`EXECUTION_INPUTS`), the chapter rooms it uses
+    (:func:`chapter_modules`: editing chapter 6's figures re-executes chapter 6, not chapter 2),
     and (recursively) its declared dependencies, so a change to a swept chapter re-executes the page
     that sweeps it."""
     digest = hashlib.sha256()
-    inputs = [notebook] + sorted(path.relative_to(root) for pattern in EXECUTION_INPUTS for path in root.glob(pattern))
+    shared = {path.relative_to(root) for pattern in EXECUTION_INPUTS for path in root.glob(pattern)}
+    inputs = [notebook] + sorted(shared | set(chapter_modules(root, notebook)))
     for relative in inputs:
         digest.update(relative.as_posix().encode() + b"\0")
         digest.update((root / relative).read_bytes() if (root / relative).exists() else b"<missing>")

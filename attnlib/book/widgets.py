@@ -37,6 +37,8 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from .style import COLUMN_PX, explorer_dpi
+
 __all__ = [
     "figure_png",
     "image_slider",
@@ -54,10 +56,18 @@ EXPLORERS_ENV = "ATTNLIB_EXPLORERS"
 MODES = ("static", "live")
 
 
-def figure_png(fig, dpi: int = 80) -> bytes:
-    """Render a matplotlib figure to PNG bytes and close it."""
+def figure_png(fig, dpi: float | None = None) -> bytes:
+    """Render a matplotlib figure to PNG bytes (cropped to its drawing) and close it.
+
+    ``dpi=None``: the explorer resolution, two image pixels per CSS pixel when the picture fills the
+    book's column (:func:`attnlib.book.style.explorer_dpi` of the cropped width).
+    """
     import matplotlib.pyplot as plt
 
+    if dpi is None:
+        pad = plt.rcParams["savefig.pad_inches"]
+        # Any canvas, pyplot's or a bare Figure's; 2% to spare: the crop is measured again when saving.
+        dpi = 1.02 * explorer_dpi(fig.get_tightbbox().width + 2 * pad)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
@@ -69,7 +79,7 @@ def image_slider(
     draw: Callable,
     description: str,
     start: int = 0,
-    dpi: int = 80,
+    dpi: float | None = None,
     format_value: Callable = str,
     mode: str | None = None,
 ):
@@ -80,6 +90,7 @@ def image_slider(
         draw: ``draw(value) -> matplotlib Figure``, called once per value, here and now.
         description: the slider's label (say what it moves).
         start: index of the initial position.
+        dpi: resolution of the pictures (default: two image pixels per CSS pixel at the column's width).
         format_value: how a value is shown next to the slider.
         mode: ``"static"`` or ``"live"`` (default: :func:`explorer_mode`).
 
@@ -203,6 +214,11 @@ def _png_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, 
     return _kernel_slider(pngs, labels, description, start)
 
 
+def _column_layout(widgets):
+    """A picture as wide as the book's column (its PNG has twice as many pixels), never wider than the output."""
+    return widgets.Layout(width="100%", max_width=f"{COLUMN_PX}px", height="auto")
+
+
 def _kernel_slider(pngs: Sequence[bytes], labels: Sequence[str], description: str, start: int):
     """The precomputed pictures behind an ipywidgets slider, swapped by a Python callback (a kernel).
 
@@ -224,7 +240,7 @@ def _kernel_slider(pngs: Sequence[bytes], labels: Sequence[str], description: st
         layout=widgets.Layout(width="420px"),
     )
     readout = widgets.HTML(f"<b>{html.escape(str(labels[start]))}</b>")
-    picture = widgets.Image(value=bytes(pngs[start]), format="png")
+    picture = widgets.Image(value=bytes(pngs[start]), format="png", layout=_column_layout(widgets))
 
     def show(change):
         picture.value = bytes(pngs[change["new"]])
@@ -268,17 +284,19 @@ class StaticSlider:
         esc = html.escape
         images = "".join(
             f'<img class="attnlib-slider-picture" src="data:image/png;base64,{base64.b64encode(png).decode()}" '
-            f'alt="{esc(self.description)}: {esc(label)}" style="max-width:100%"{"" if k == self.start else " hidden"}>'
+            f'alt="{esc(self.description)}: {esc(label)}" style="width:100%;height:auto"'
+            f"{'' if k == self.start else ' hidden'}>"
             for k, (png, label) in enumerate(zip(self.pictures, self.labels, strict=True))
         )
         # Labels go to the script as JSON; "</" is escaped so that no label can close the script.
         labels = json.dumps(self.labels).replace("</", "<\\/")
         return (
             f'<div class="attnlib-slider" id="{uid}">'
-            '<div class="attnlib-slider-controls" style="display:flex;align-items:center;gap:0.8em;margin:0.3em 0">'
+            '<div class="attnlib-slider-controls" '
+            'style="display:flex;flex-wrap:wrap;align-items:center;gap:0.8em;margin:0.3em 0">'
             f'<label for="{uid}-input">{esc(self.description)}</label>'
             f'<input type="range" id="{uid}-input" min="0" max="{len(self) - 1}" step="1" value="{self.start}" '
-            f'aria-valuetext="{esc(self.labels[self.start])}" style="width:300px">'
+            f'aria-valuetext="{esc(self.labels[self.start])}" style="flex:1 1 12em;min-width:8em;max-width:100%">'
             f'<output for="{uid}-input"><b>{esc(self.labels[self.start])}</b></output>'
             f"</div><div>{images}</div></div>"
             "<script>(function () {"
@@ -303,7 +321,7 @@ def figure_slider(
     values: Sequence,
     description: str,
     start: int = 0,
-    dpi: int = 70,
+    dpi: float | None = None,
     format_value: Callable = str,
     mode: str | None = None,
 ):
@@ -328,6 +346,8 @@ def figure_slider(
         raise ValueError("values must hold at least one slider position")
     if not 0 <= start < len(values):
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
+    if dpi is None:
+        dpi = 1.02 * explorer_dpi(fig.get_figwidth())  # 2% to spare: PNG widths round down
     pngs = []
     for v in values:
         update(v)
@@ -443,7 +463,7 @@ def explorer(
     live: Mapping | None = None,
     *,
     start: int = 0,
-    dpi: int = 70,
+    dpi: float | None = None,
     format_value: Callable = str,
     mode: str | None = None,
 ):
@@ -515,7 +535,7 @@ def _live_explorer(draw, parameter, values, description, live, start, dpi, forma
     else:  # labels: the slider alone picks them
         typed = None
     controls = [_Control(name, default) for name, default in live.items()]
-    picture = widgets.Image(format="png")
+    picture = widgets.Image(format="png", layout=_column_layout(widgets))
     status = widgets.HTML()
     state = {"value": first}
 

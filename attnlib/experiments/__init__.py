@@ -11,6 +11,7 @@ from . import (
     global_convergence,
     joint_training,
     local_convergence,
+    optimizer_geometry,
     real_tokens,
     regularization_path,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "global_convergence",
     "regularization_path",
     "local_convergence",
+    "optimizer_geometry",
     "joint_training",
     "fast_rates",
     "real_tokens",

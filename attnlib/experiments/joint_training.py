@@ -154,19 +154,17 @@ def random_joint_runs(
         raise ValueError(f"records must be an integer >= 4, got {records!r}")
     rng = np.random.default_rng(seed)
     rows = {k: [] for k in RandomJointRuns.__dataclass_fields__ if k not in ("svms", "predicted", "zero_row")}
-    all_svms, predicted, zero_row, datasets, P, V = [], [], [], [], [], []
+    all_svms, predicted, zero_row, problems, P, V = [], [], [], [], [], []
     for k in range(instances):
         X, y = random_joint_tokens(n=n, d=2, seed=[seed, k])
         svms = joint_svms(X, y, select=1)
-        datasets.append((X, y))
+        problems.append(JointAttention(X, y, np.eye(2), loss))
         all_svms.append(svms)
         predicted.append(balanced_direction(svms, rho=1.0))
         P.append(np.vstack([JOINT_P0, rng.standard_normal((inits - 1, 2))]))
         V.append(np.vstack([JOINT_V0, rng.standard_normal((inits - 1, 2))]))
     # every instance's batch in one run (one data set per row)
-    trajs = train_joint_stack(
-        datasets, np.stack(P), np.stack(V), steps, loss=loss, lr=lr, record_every=max(1, steps // records)
-    )
+    trajs = train_joint_stack(problems, np.stack(P), np.stack(V), steps, lr=lr, record_every=max(1, steps // records))
     for k, (svms, p_hat, traj) in enumerate(zip(all_svms, predicted, trajs)):
         v_gap, v_tol, _ = offset_tolerance(traj.steps, traj.v, svms.label.v)
         mass = np.exp(traj.problem.log_attention(traj.p[-1])[..., 1])  # (B, n)
@@ -304,7 +302,7 @@ def train_joint_ratio(
     Written as :func:`train_joint_stack` on the reparametrised problem ``v = ρ u``: the data
     ``ρ X`` with ``W/ρ`` have the same keys and the values ``uᵀ(ρ x) = vᵀ x``, and a normalised step
     of length ``η`` on ``u`` is one of length ``ρη`` on ``v`` along the same direction. ``rho = 1``
-    is :func:`train_joint_stack` itself. Arguments as there (``datasets``: a sequence of ``(X, y)``);
+    is :func:`train_joint_stack` itself (``datasets``: a sequence of ``(X, y)``, ``W`` the keys, default identity);
     returns one :class:`attnlib.optim.JointTrajectory` per data set, in ``v`` (not ``u``), each with
     the original problem.
 
@@ -320,10 +318,8 @@ def train_joint_ratio(
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
     d = np.asarray(datasets[0][0]).shape[-1]
     W = np.eye(d) if W is None else np.asarray(W, float)
-    scaled = [(rho * np.asarray(X, float), y) for X, y in datasets]
-    trajs = train_joint_stack(
-        scaled, p0, np.asarray(v0, float) / rho, steps, W=W / rho, loss=loss, lr=lr, record_every=record_every
-    )
+    scaled = [JointAttention(rho * np.asarray(X, float), y, W / rho, loss) for X, y in datasets]
+    trajs = train_joint_stack(scaled, p0, np.asarray(v0, float) / rho, steps, lr=lr, record_every=record_every)
     return [
         dataclasses.replace(t, v=rho * t.v, problem=JointAttention(np.asarray(X, float), y, W, t.problem.loss))
         for t, (X, y) in zip(trajs, datasets)

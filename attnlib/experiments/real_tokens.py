@@ -308,7 +308,7 @@ def selection_study(
     steps: int,
     lr: float,
     gd_steps: int,
-    lr_gd: float,
+    gd_lr: float,
     cone_scale: float,
     saturation: float = 0.99,
     rng=None,
@@ -317,7 +317,7 @@ def selection_study(
     """Train every problem with NGD from zero and from the cone, and GD from zero; follow every run.
 
     NGD (step ``lr``, ``steps`` iterations, log-spaced records) starts at ``θ = 0`` and, where the
-    optimal-patch SVM is feasible, at :func:`gap_cone_start` with ``cone_scale``; GD (step ``lr_gd``,
+    optimal-patch SVM is feasible, at :func:`gap_cone_start` with ``cone_scale``; GD (step ``gd_lr``,
     ``gd_steps`` iterations) starts at zero. Each run is measured by :func:`follow_selection` against
     the SVM of its own final selection (one SVM cache per problem). Batched by :func:`train_problems`.
     ``problems`` and ``solutions`` as returned by :func:`nested_svms`. ``extra``: more NGD runs to
@@ -349,7 +349,7 @@ def selection_study(
     out = train_problems([p for _, p, _ in named], [t for _, _, t in named], steps, "ngd", lr, record)
     ngd = {name: theta for (name, _, _), theta in zip(named, out)}
     zeros = [np.zeros(problems[k].shape) for k in keys]
-    gd = dict(zip(keys, train_problems([problems[k] for k in keys], zeros, gd_steps, "gd", lr_gd, [0, gd_steps])))
+    gd = dict(zip(keys, train_problems([problems[k] for k in keys], zeros, gd_steps, "gd", gd_lr, [0, gd_steps])))
     results = {}
     for key, prob in problems.items():
         cache = {}

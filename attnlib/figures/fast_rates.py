@@ -64,7 +64,7 @@ def method_bands(
     return ax
 
 
-def rate_panels(comparison, members, labels, wmm_norm, lr_ngd: float):
+def rate_panels(comparison, members, labels, wmm_norm, ngd_lr: float):
     """The six rate curves of GD, NGD and Polyak (a :class:`attnlib.experiments.fast_rates.Comparison`): direction
     error, ``1 − corr``, margin gap, ``−log10`` of the attention off the optimal tokens and of the
     loss gap, and the norm with ``‖W_mm‖ log t + c`` (GD) and ``η t`` (NGD). ``members``: the columns
@@ -95,7 +95,7 @@ def rate_panels(comparison, members, labels, wmm_norm, lr_ngd: float):
     offset = np.median(runs["gd"].norm[-1, members]) - wmm * np.log(gd_t[-1])  # the O(1) term, read off at the end
     axes[1, 2].plot(gd_t, wmm * np.log(gd_t) + offset, "k:", label=r"$\|W^{mm}\| \log t + c$")
     t_ngd = runs["ngd"].steps[1:]
-    axes[1, 2].plot(t_ngd, lr_ngd * t_ngd, "k--", lw=1, label=r"$\eta t$")
+    axes[1, 2].plot(t_ngd, ngd_lr * t_ngd, "k--", lw=1, label=r"$\eta t$")
     axes[0, 0].legend(loc="lower left")
     axes[1, 2].legend(loc="upper left")
     return finish(fig)
@@ -190,7 +190,7 @@ def polyak_failure(axes, polyak, ngd, stop_at: int, floor_gap: float, labels, re
     return axes
 
 
-def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=None, fig=None):
+def rates_overview(comparison, members, labels, ngd_lr: float, wmm: float, upto=None, fig=None):
     """Two panels of a GD/NGD/Polyak comparison (a :class:`attnlib.experiments.fast_rates.Comparison`, any subset of
     the methods): the direction error, and ``−log10 max_i(1 − σ_i,opt)`` with NGD's predicted line
     ``η t/(‖W_mm‖ ln 10)`` (``wmm``: the median ``‖W_mm‖``) when NGD is shown. ``members``: the columns
@@ -212,7 +212,7 @@ def rates_overview(comparison, members, labels, lr_ngd: float, wmm: float, upto=
     if "ngd" in runs:
         t = runs["ngd"].steps[1:]
         t = t[t <= (t[-1] if upto is None else upto)]
-        axes[1].plot(t, lr_ngd * t / wmm / np.log(10), "k:", lw=1, label=r"$\eta t/(\|W^{mm}\| \ln 10)$ (NGD)")
+        axes[1].plot(t, ngd_lr * t / wmm / np.log(10), "k:", lw=1, label=r"$\eta t/(\|W^{mm}\| \ln 10)$ (NGD)")
     axes[0].set(xlabel="iteration $t$", ylabel="direction error", ylim=(1e-4, 2))
     axes[1].set(xlabel="iteration $t$", ylabel=r"$-\log_{10}\max_i(1-\sigma_{i,\mathrm{opt}})$", ylim=(0.03, 2e3))
     axes[0].legend(loc="lower left", fontsize=7)

@@ -205,7 +205,7 @@ def direction_error_curves(ax, steps, theta, theta_mm, colors, labels, slope=Non
     return ax
 
 
-def ngd_and_gd_overview(prob: TokenSelectionProblem, theta_mm, ngd, gd, starts, shown: int, lr_ngd, lr_gd):
+def ngd_and_gd_overview(prob: TokenSelectionProblem, theta_mm, ngd, gd, starts, shown: int, ngd_lr, gd_lr):
     """The multi-input figure of [MMTS]: paths with the margin strips, attention, norm growth.
 
     ``ngd``, ``gd``: :class:`attnlib.Trajectory` runs from the B ``starts`` (B, d), recorded every
@@ -231,11 +231,11 @@ def ngd_and_gd_overview(prob: TokenSelectionProblem, theta_mm, ngd, gd, starts, 
     ax.set_aspect("equal")
     ax.legend(loc="upper right", fontsize=7)
     rows = slice(0, shown + 1)
-    runs = [(ngd, COLORS["global"], rf"NGD, $\eta = {lr_ngd:g}$"), (gd, COLORS["local"], rf"GD, $\eta = {lr_gd:g}$")]
+    runs = [(ngd, COLORS["global"], rf"NGD, $\eta = {ngd_lr:g}$"), (gd, COLORS["local"], rf"GD, $\eta = {gd_lr:g}$")]
     for run, color, label in runs:
         axes[1].plot(run.steps[rows], selection_mass(prob, run.theta[rows, zero]).mean(-1), color=color, label=label)
         axes[2].plot(run.steps[rows], run.norm[rows, zero], color=color, label=label)
-    axes[2].plot(ngd.steps[rows], lr_ngd * ngd.steps[rows], "k:", lw=1, label=r"$\eta t$")
+    axes[2].plot(ngd.steps[rows], ngd_lr * ngd.steps[rows], "k:", lw=1, label=r"$\eta t$")
     axes[1].set(xlabel="iteration $t$", ylabel="mean softmax mass on the optimal tokens", ylim=(0, 1.02))
     axes[1].set_title("(b) attention on the optimal tokens, $p(0) = 0$")
     axes[1].legend(loc="lower right")

@@ -1,13 +1,20 @@
-"""The descent lemma, the loss-gap rate and the p ↔ W correspondence of chapter 1 ([MMTS])."""
+"""Chapter experiments: attnlib.experiments.global_convergence."""
 
 import numpy as np
 import pytest
+from scipy.special import expit
 
 import attnlib as al
 
 
 def _numeric_grad(prob, p, h=1e-6):
     return np.array([(prob.value(p + h * e) - prob.value(p - h * e)) / (2 * h) for e in np.eye(p.size)])
+
+
+def _fig1a_ngd(steps=2000):
+    prob = al.datasets.single_input()
+    run = al.train(prob, al.datasets.SINGLE_INPUT_INITS[:3], steps=steps, method="ngd", lr=0.1, record_every=10)
+    return prob, al.max_margin(prob), run
 
 
 def test_gradient_cosine_matches_finite_differences():
@@ -55,38 +62,6 @@ def test_descent_lemma_fails_with_unequal_scores():
         )
         < 0
     )
-
-
-def test_exponential_rate_per_column_and_window():
-    t = np.arange(0.0, 201.0)
-    log_y = np.column_stack([-0.2 * t, -0.5 * t + np.where(t < 100, 3 * np.sin(t), 0.0)])
-    assert al.fits.exponential_rate(t, log_y) == pytest.approx([0.2, 0.5])
-    with pytest.raises(ValueError):
-        al.fits.exponential_rate(t, log_y[:-1])
-
-
-def test_ngd_gap_decays_at_the_margin_rate():
-    prob = al.datasets.loss_study(3.0)  # M = 1
-    run = al.train(prob, np.zeros(3), steps=400, method="ngd", lr=0.1)
-    rate = al.fits.exponential_rate(run.steps, prob.log_gap(run.theta))[0]
-    assert rate / 0.1 == pytest.approx(1.0, abs=0.02)
-
-
-def test_w_svm_of_one_query_is_the_raw_token_p_svm_times_the_query():
-    """Logits x_tᵀ W z with one query z: the W-SVM is p_mm zᵀ/‖z‖², p_mm the SVM on the raw tokens
-    (cvxpy as the independent solver)."""
-    X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, 0.9]]])
-    z = np.array([1.0, -2.0, 0.5])
-    W_mm = al.max_margin(al.self_attention(X, [1], al.datasets.SCORE_HEAD, Z=z[None]), solver="cvxpy").theta
-    p_mm = al.max_margin(al.prompt_attention(X, [1], al.datasets.SCORE_HEAD)).theta
-    assert X.shape == (1, 3, 3)
-    np.testing.assert_allclose(W_mm, np.outer(p_mm, z) / (z @ z), atol=1e-7)
-
-
-def _fig1a_ngd(steps=2000):
-    prob = al.datasets.single_input()
-    run = al.train(prob, al.datasets.SINGLE_INPUT_INITS[:3], steps=steps, method="ngd", lr=0.1, record_every=10)
-    return prob, al.max_margin(prob), run
 
 
 def test_late_offset_exponent_and_ratio_tell_the_limit_from_a_wrong_direction():
@@ -153,32 +128,6 @@ def test_offset_relaxation_reason_only_for_two_neighbours_and_a_short_horizon():
     assert al.experiments.global_convergence.offset_relaxation_reason(single, al.max_margin(single), 10, 0.1) is None
 
 
-def test_random_and_adversarial_starts():
-    prob = al.datasets.multi_input(2)
-    sol = al.max_margin(prob)
-    starts, adversarial = al.datasets.random_and_adversarial_starts(prob, sol.theta, 30, 4.0, seed=5)
-    assert starts.shape == (30, 3) and adversarial.sum() == 9 and np.all(adversarial[-9:])
-    np.testing.assert_allclose(np.linalg.norm(starts[adversarial], axis=-1), 4.0)
-    assert np.all(starts[:, 2] == 0)
-    norms = np.linalg.norm(starts[~adversarial], axis=-1)
-    assert np.all((norms >= 1 / 4.0) & (norms <= 4.0))
-    np.testing.assert_allclose(starts[-3], -4.0 * sol.direction)  # the one pointing away from p_mm*
-    again, _ = al.datasets.random_and_adversarial_starts(prob, sol.theta, 30, 4.0, seed=5)
-    np.testing.assert_array_equal(starts, again)
-    with pytest.raises(ValueError):
-        al.datasets.random_and_adversarial_starts(prob, sol.theta, 5, 4.0)
-
-
-def test_loss_study_offset_and_its_bound_ratio():
-    assert al.datasets.loss_study_offset(np.array([1.0, 9.0]), "linear") == pytest.approx([0.0, np.log(3.0)])
-    C = 3.0
-    run = al.train(al.datasets.loss_study(C), np.zeros(3), steps=1000, method="ngd", lr=0.1, record_every=5)
-    assert run.theta[-1, 0, 1] == pytest.approx(al.datasets.loss_study_offset(C), abs=1e-3)
-    assert al.datasets.loss_study_offset_ratio(run, C, "logistic", 0.1) <= 1
-    short = al.train(al.datasets.loss_study(30.0), np.zeros(3), steps=300, method="ngd", lr=0.1, record_every=5)
-    assert al.datasets.loss_study_offset_ratio(short, 30.0, "logistic", 0.1) > 1  # the path has not turned yet
-
-
 def test_norm_log_slope_reaches_M_on_neighbours_only_data():
     prob = al.datasets.loss_study(3.0)
     sol = al.max_margin(prob)
@@ -190,3 +139,60 @@ def test_norm_log_slope_reaches_M_on_neighbours_only_data():
     assert (
         al.experiments.global_convergence.offset_check_horizon(prob, sol, 50, 0.1, cap=2) == 100
     )  # 12 / (kappa eta) = 120, capped
+
+
+@pytest.mark.parametrize("loss", ["logistic", "linear"])
+@pytest.mark.parametrize("C", [1.0, 3.0, 10.0])
+def test_offset_equilibrium_matches_the_two_input_balance(loss, C):
+    # Keys (1, ±1) against (0, 0): p_mm* = (1, 0), both tokens are neighbours, and the offset
+    # balances C|l'(C)| e^{-p2} against |l'(1)| e^{p2}: p2 = (1/2) ln(C |l'(C)| / |l'(1)|).
+    prob = al.datasets.loss_study(C, loss)
+    q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, al.max_margin(prob))
+    dl = (lambda u: expit(-u)) if loss == "logistic" else (lambda u: 1.0)
+    assert q[1] == pytest.approx(0.5 * np.log(C * dl(C) / dl(1.0)), abs=1e-9)
+    assert abs(q[0]) < 1e-9 and q[2] == 0.0
+    assert kappa == pytest.approx(1.0, abs=1e-9)  # M = 1, d_perp = ±1 with equal weights
+
+
+def test_single_neighbour_has_no_sideways_pull():
+    prob = al.datasets.single_input()  # Fig. 1(a): one SVM-neighbour, parallel to p_mm*
+    sol = al.max_margin(prob)
+    assert sol.neighbors.sum() == 1
+    q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, sol)
+    assert kappa == 0.0 and np.all(q == 0.0)
+
+
+def test_ngd_offset_converges_to_the_equilibrium():
+    prob = al.datasets.loss_study(3.0)
+    sol = al.max_margin(prob)
+    q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, sol)
+    traj = al.train(prob, np.array([[0.0, 2.0, 0.0], [0.0, -3.0, 0.0]]), steps=800, method="ngd", lr=0.1)
+    offset = traj.final - (traj.final @ sol.direction)[:, None] * sol.direction
+    assert np.allclose(offset, q, atol=1e-6)
+
+
+def test_offset_equilibrium_is_a_stationary_point_of_the_neighbours_pull():
+    # On random multi-input instances with two neighbours, the neighbours' pull at q_star has no
+    # component orthogonal to p_mm*, and kappa is M times the curvature of log Z there.
+    for seed in range(6):
+        prob = al.datasets.multi_input(seed)
+        sol = al.max_margin(prob)
+        q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, sol)
+        rows, toks = np.nonzero(sol.neighbors)
+        d = prob.A[rows, 0] - prob.A[rows, toks]
+        w = np.abs(prob.loss.derivative(prob.gamma[rows, 0])) * (prob.gamma[rows, 0] - prob.gamma[rows, toks])
+        u = sol.direction
+        assert abs(q @ u) < 1e-9
+        pull = (w * np.exp(-d @ q)) @ d
+        assert np.linalg.norm(pull - (pull @ u) * u) < 1e-8 * np.linalg.norm(pull)
+        if len(rows) == 1:
+            assert kappa == 0.0
+        else:
+            e = np.array([-u[1], u[0], 0.0])
+
+            def logZ(s, w=w, d=d, q=q, e=e):
+                return np.log(np.sum(w * np.exp(-d @ (q + s * e))))
+
+            h = 1e-4
+            curvature = (logZ(h) - 2 * logZ(0.0) + logZ(-h)) / h**2
+            assert kappa == pytest.approx(curvature / sol.margin, rel=1e-4)

@@ -1,66 +1,21 @@
-"""Digit patches as tokens (chapter 6): layout, labels, positional code, the head, bad inputs."""
+"""Chapter experiments: attnlib.experiments.real_tokens."""
 
 import matplotlib
 
 matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import attnlib as al  # noqa: E402
 
 
-@pytest.mark.parametrize("patch", [2, 4])
-def test_tokens_are_pixels_then_position(patch):
-    data = al.datasets.digit_patches(digits=(3, 8), patch=patch, n=12, seed=0)
-    T, g = (8 // patch) ** 2, 8 // patch
-    assert data.X.shape == (12, T, patch * patch + T) and data.T == T and data.grid == g
-    assert data.d == patch * patch + T
-    # Pixels of patch t are the image block at corner(t), row-major.
-    for t in range(T):
-        r, c = data.corner(t)
-        block = data.images[:, r : r + patch, c : c + patch].reshape(12, -1)
-        assert np.array_equal(data.X[:, t, : patch * patch], block)
-    # The positional code is one-hot (scale 1) and the same for every image.
-    assert np.array_equal(data.X[:, :, patch * patch :], np.broadcast_to(np.eye(T), (12, T, T)))
-    assert data.images.min() >= 0 and data.images.max() <= 1
-
-
-def test_labels_balanced_prefixes_and_source_rows():
-    from sklearn.datasets import load_digits
-
-    data = al.datasets.digit_patches(digits=(0, 1), patch=4, seed=3)
-    raw = load_digits()
-    assert np.array_equal(data.images, raw.images[data.index] / 16.0)
-    assert np.array_equal(data.y, np.where(raw.target[data.index] == 0, 1.0, -1.0))
-    assert data.n == int(np.isin(raw.target, (0, 1)).sum())
-    for m in (2, 10, 40, 200):
-        assert data.y[:m].sum() == 0  # every even prefix is balanced
-
-
-def test_seed_decides_the_order_and_subset_keeps_everything():
-    a = al.datasets.digit_patches(n=20, seed=1)
-    b = al.datasets.digit_patches(n=20, seed=1)
-    c = al.datasets.digit_patches(n=20, seed=2)
-    assert np.array_equal(a.index, b.index) and not np.array_equal(a.index, c.index)
-    sub = a.subset(slice(5, 9))
-    assert len(sub) == 4 and np.array_equal(sub.X, a.X[5:9]) and np.array_equal(sub.index, a.index[5:9])
-    assert (sub.digits, sub.patch, sub.pos_scale) == (a.digits, a.patch, a.pos_scale)
-    rng = np.random.default_rng(0)
-    assert al.datasets.digit_patches(n=4, seed=rng).n == 4
-
-
-def test_pos_scale_and_patch_map():
-    data = al.datasets.digit_patches(patch=2, n=3, pos_scale=2.5)
-    assert np.allclose(data.X[:, :, 4:], 2.5 * np.eye(16))
-    values = np.arange(16.0)
-    painted = data.patch_map(values)
-    assert painted.shape == (8, 8)
-    for t in range(16):
-        r, c = data.corner(t)
-        assert np.all(painted[r : r + 2, c : c + 2] == t)
-    assert data.patch_map(np.ones((5, 16))).shape == (5, 8, 8)
+@pytest.fixture(scope="module")
+def small_study():
+    data = al.datasets.digit_patches(n=60, seed=0)
+    v = al.experiments.real_tokens.fit_patch_head(data.X[:40], data.y[:40])
+    pool = data.subset(slice(40, None))
+    problems, solutions = al.experiments.real_tokens.nested_svms(pool, v, [2, 4, 8])
+    return pool, v, problems, solutions
 
 
 def test_head_solves_the_normal_equations_and_scores_patches():
@@ -87,24 +42,6 @@ def test_w_svm_contains_p_svm_through_the_position_code():
     assert np.allclose(prompt.logits(p), selfatt.logits(W))
 
 
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        (dict(digits=(3, 3)), "two different"),
-        (dict(digits=(3, 10)), "digits must be an integer"),
-        (dict(digits=(3,)), "two digit classes"),
-        (dict(patch=3), "patch must divide"),
-        (dict(patch=0), "patch must be an integer"),
-        (dict(n=0), "n must be an integer"),
-        (dict(n=10_000), "n must be an integer"),
-        (dict(pos_scale=0.0), "pos_scale"),
-    ],
-)
-def test_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        al.datasets.digit_patches(**kwargs)
-
-
 def test_bad_head_arguments_and_patch_index():
     data = al.datasets.digit_patches(n=4)
     with pytest.raises(ValueError, match="ridge"):
@@ -119,27 +56,6 @@ def test_bad_head_arguments_and_patch_index():
         data.patch_map(np.ones(3))
 
 
-def test_patch_images_draws_one_axes_montage():
-    data = al.datasets.digit_patches(n=6)
-    fig, ax = plt.subplots()
-    al.figures.real_tokens.patch_images(
-        ax,
-        data.images,
-        data.patch,
-        weights=np.full((6, data.T), 0.5),
-        boxes=[0, [(1, "tab:blue", "--")], None, [(2, "tab:red"), (3, "k")], 1, 2],
-        frames=["tab:green", None, None, None, None, None],
-        titles=[f"{k}" for k in range(6)],
-        ncols=3,
-        grid=True,
-    )
-    assert len(ax.images) == 2  # the montage and the veil
-    assert len(ax.patches) == 1 + 1 + 2 + 1 + 1 + 1  # boxes, then the one frame
-    assert ax.images[0].get_array().shape == (2 * (8 + 2 + 3) - 2, 3 * (8 + 2) - 2)
-    al.figures.real_tokens.patch_images(ax, data.images[0], data.patch, boxes=1)  # a single image
-    plt.close(fig)
-
-
 @pytest.mark.parametrize("n", [4, 8])
 def test_w_svm_at_least_as_feasible_and_no_longer_than_p_svm(n):
     # W = p e_1^T / pos_scale reproduces every logit of p (test above), so the W-SVM is feasible wherever the
@@ -149,25 +65,6 @@ def test_w_svm_at_least_as_feasible_and_no_longer_than_p_svm(n):
     p_sol = al.max_margin(al.prompt_attention(data.X, data.y, v))
     W_sol = al.max_margin(al.self_attention(data.X, data.y, v))
     assert np.linalg.norm(W_sol.theta) <= np.linalg.norm(p_sol.theta) * (1 + 1e-6)
-
-
-def test_offset_exponent_separates_a_bounded_offset_from_a_fixed_angle():
-    d = np.array([1.0, 0.0, 0.0])
-    start = np.array([[10.0, 2.0, 1.0], [10.0, 2.0, 1.0], [10.0, 2.0, 1.0]])
-    end = np.array([[80.0, 2.0, 1.0], [80.0, 16.0, 8.0], [80.0, 2.0 * 8**0.5, 8**0.5]])
-    assert np.allclose(
-        al.metrics.offset_exponent(start, end, d), [0.0, 1.0, 0.5], atol=0.01
-    )  # the last: offset ~ norm^(1/2)
-    # Matrices (W) are measured in the Frobenius norm, with a batch axis.
-    W0, W1 = np.eye(2)[None] * [[[10.0]]], np.eye(2)[None] * [[[40.0]]]
-    W0[..., 0, 1], W1[..., 0, 1] = 1.0, 4.0
-    assert np.allclose(al.metrics.offset_exponent(W0, W1, np.eye(2)), 1.0)
-    # On a run of the paper's single-input instance: the global SVM gives a small exponent, a wrong one about 1.
-    prob = al.datasets.single_input()
-    run = al.train(prob, np.zeros((1, 3)), 2000, method="ngd", lr=0.1, record_steps=[0, 500, 2000])
-    right = al.metrics.offset_exponent(run.theta[1, 0], run.theta[2, 0], al.max_margin(prob).theta)
-    wrong = al.metrics.offset_exponent(run.theta[1, 0], run.theta[2, 0], al.max_margin(prob, [1]).theta)
-    assert right < 0.5 < wrong and wrong > 0.9
 
 
 def test_follow_selection_judges_a_run_against_its_own_selection():
@@ -211,15 +108,6 @@ def test_score_spread_is_zero_exactly_under_equal_scores():
         al.experiments.real_tokens.score_spread([[1.0, 0.0]])
 
 
-@pytest.fixture(scope="module")
-def small_study():
-    data = al.datasets.digit_patches(n=60, seed=0)
-    v = al.experiments.real_tokens.fit_patch_head(data.X[:40], data.y[:40])
-    pool = data.subset(slice(40, None))
-    problems, solutions = al.experiments.real_tokens.nested_svms(pool, v, [2, 4, 8])
-    return pool, v, problems, solutions
-
-
 def test_nested_svms_are_the_svms_of_the_first_n_images(small_study):
     pool, v, problems, solutions = small_study
     assert sorted(problems) == sorted((k, n) for k in ("p", "W") for n in (2, 4, 8))
@@ -248,25 +136,6 @@ def test_gap_cone_start_keeps_every_gap_of_the_selection(small_study):
         # cos(phi) * 10 - sin(phi) * 10 |theta_mm| * widest >= (sqrt(3)/2 - 1/2) * 10 with sin(phi) <= 1/2
         assert gaps.min() >= (np.sqrt(3) / 2 - 0.5) * 10.0 - 1e-9
         assert 0 < al.one_minus_cosine(start, sol.theta) < 0.14  # tilted, by at most 30 degrees
-
-
-def test_train_problems_tiles_and_reduces_without_changing_a_trajectory(small_study):
-    _, _, problems, solutions = small_study
-    keys = list(problems)
-    rng = np.random.default_rng(0)
-    starts = [rng.normal(size=problems[k].shape) for k in keys]  # not in the span of the features
-    record = [0, 10, 60]
-    batched = al.optim.train_problems([problems[k] for k in keys], starts, 60, "ngd", 0.1, record)
-    for key, start, theta in zip(keys, starts, batched):
-        alone = al.train(problems[key], start, 60, method="ngd", lr=0.1, record_steps=record).theta[:, 0]
-        assert theta.shape == alone.shape
-        assert np.allclose(theta, alone, rtol=0, atol=1e-8 * np.abs(alone).max())
-    gd = al.optim.train_problems([problems["p", 2], problems["p", 8]], [np.zeros(20)] * 2, 30, "gd", 5.0, reduce=False)
-    assert np.allclose(gd[0][-1], al.train(problems["p", 2], np.zeros(20), 30, method="gd", lr=5.0).final[0])
-    with pytest.raises(ValueError, match="one start per problem"):
-        al.optim.train_problems([problems["p", 2]], [], 10)
-    with pytest.raises(ValueError, match="shape"):
-        al.optim.train_problems([problems["p", 2]], [np.zeros(3)], 10)
 
 
 def test_selection_study_follows_every_run_and_sums_up(small_study):

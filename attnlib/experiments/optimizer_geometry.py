@@ -1,0 +1,417 @@
+"""The optimizer chooses the margin: drivers, tolerances and tables of the optimizer-geometry chapter.
+
+Every optimizer (NGD, mirror descent with the ℓp potential, sign descent, ℓ1 steepest descent,
+Adam, the spectral step) is run through :func:`attnlib.train` on the same instances, and its
+final iterate is measured against the ATT-SVM / W-SVM of every norm
+(:func:`attnlib.svm.max_margin_norms`).
+
+One statistic for every check (:func:`margin_check`): the normalised margin ``ρ_N`` of the
+optimizer's own norm at the horizon (1 exactly on that norm's max-margin set, also when the set is
+not one point), in units of how far the planted wrong limit, the ℓ2 SVM, falls short of it; the
+control measures the same run against the ℓ2 margin. Both are judged against :data:`MIDPOINT`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..datasets import MULTI_INPUT_INITS, SINGLE_INPUT_INITS, multi_input, random_tokens, single_input
+from ..metrics import cosine
+from ..model import TokenSelectionProblem, prompt_attention, stack_problems
+from ..optim import (
+    Adam,
+    CoordinateDescent,
+    MirrorDescent,
+    RuleBlocks,
+    SignDescent,
+    SpectralDescent,
+    log_steps,
+    step_rule,
+    train,
+)
+from ..svm import (
+    InfeasibleError,
+    MaxMarginSolution,
+    SelectionReport,
+    _constraint_rows,
+    _locally_optimal,
+    check_norm,
+    face_min_l2,
+    max_margin_norms,
+    norm_value,
+)
+from .local_convergence import BasinMap, classify_motion  # shared with chapter 3 (see the report: belongs in the core)
+
+__all__ = [
+    "ADMIT_GAP",
+    "MIDPOINT",
+    "Instance",
+    "Runs",
+    "instances",
+    "optimizer_rules",
+    "norm_label",
+    "run_optimizers",
+    "solve_svms",
+    "margin_ratio",
+    "angle_degrees",
+    "correlation_table",
+    "norm_selection_reports",
+    "member_margin_ratios",
+    "member_directions",
+    "CheckValue",
+    "limit_deficits",
+    "margin_check",
+    "record_with_control",
+    "table_markdown",
+    "mirror_basin_maps",
+]
+
+#: A check uses a problem only if each candidate limit (the norm's SVM set, the ℓ2 SVM) falls short
+#: of the other's margin by at least this fraction (fixed before any run: below it the two limits
+#: are too close for a finite horizon to tell apart; the page lists the angles between them).
+ADMIT_GAP = 0.01
+#: The bound of every check: half-way between the predicted limit (statistic 0) and the planted
+#: wrong one (statistic 1), so that a run is attributed to the nearer of the two.
+MIDPOINT = 0.5
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """A group of problems of one shape, trained together: ``problems`` (S), ``starts`` (B0, *shape)
+    shared by every problem (the batch is S × B0), ``name`` and a ``description``."""
+
+    name: str
+    problems: tuple
+    starts: np.ndarray
+    description: str
+
+    @property
+    def matrix(self) -> bool:
+        """Whether the parameter is a matrix (W): the spectral and nuclear norms apply."""
+        return len(self.problems[0].shape) == 2
+
+
+def _perturbed_single(seed: int, scale: float) -> TokenSelectionProblem:
+    """[MMTS] Fig. 1(a) (scores 1, 0.9, 0.9: the global regime); for ``seed > 0`` every key moved by
+    ``scale·N(0, I)`` (the scores, hence the tie of the non-optimal ones, unchanged)."""
+    base = single_input()
+    if seed == 0:
+        return base
+    X = np.array([[[-0.1, 1.0, 1.0], [1.0, 0.0, 0.9], [0.0, 0.0, 0.9]]])
+    X[0, :, :2] += scale * np.random.default_rng(seed).standard_normal((3, 2))
+    return prompt_attention(X, [1.0], np.array([0.0, 0.0, 1.0]), np.diag([1.0, 1.0, 0.0]), base.loss.name)
+
+
+def instances(seed: int = 0, w_count: int = 4, w_n: int = 4, w_T: int = 5, w_d: int = 5, key_noise: float = 0.05):
+    """The chapter's instances: ``{"single", "multi", "random"}`` (:class:`Instance` each).
+
+    - "single": [MMTS] Fig. 1(a) (one input, non-optimal scores tie), its six official starts;
+      seed 0 exactly, other seeds move every key by ``key_noise·N(0, I)``.
+    - "multi": the multi-input instance of [MMTS] (chapter 1; noise drawn with ``seed``), its six starts.
+    - "random": ``w_count`` self-attention W problems of [FAST]'s equal-score ("global") family,
+      ``n = w_n, T = w_T, d = w_d`` (seeds ``1000·seed + k``), started at W = 0.
+    """
+    single = _perturbed_single(seed, key_noise)
+    multi = multi_input(seed=seed)
+    randoms = tuple(random_tokens(w_n, w_T, w_d, seed=1000 * seed + k, family="global") for k in range(w_count))
+    return {
+        "single": Instance("single", (single,), SINGLE_INPUT_INITS.copy(), "[MMTS] Fig. 1(a), one input"),
+        "multi": Instance("multi", (multi,), MULTI_INPUT_INITS.copy(), "[MMTS] multi-input, n = 3, T = 7"),
+        "random": Instance(
+            "random", randoms, np.zeros((1, w_d, w_d)), f"W, random equal-score family, n={w_n}, T={w_T}, d={w_d}"
+        ),
+    }
+
+
+def optimizer_rules(
+    p_values, lr: float = 0.1, adam_lr: float = 0.01, plain_lr: float = 1.0, matrix: bool = True, plain: bool = True
+):
+    """``{label: (rule, step size)}``: NGD, normalised and (``plain``) plain mirror descent for each p,
+    sign descent, ℓ1 steepest descent, Adam and (``matrix``) the spectral step."""
+    rules = {"NGD": ("ngd", lr)}
+    for p in p_values:
+        rules[f"MD p={p:g}"] = (MirrorDescent(p=float(p), normalized=True), lr)
+    for p in p_values if plain else ():
+        rules[f"plain MD p={p:g}"] = (MirrorDescent(p=float(p)), plain_lr)
+    rules["sign"] = (SignDescent(), lr)
+    rules["l1 steepest"] = (CoordinateDescent(), lr)
+    rules["Adam"] = (Adam(beta1=0.9, beta2=0.999), adam_lr)
+    if matrix:
+        rules["spectral"] = (SpectralDescent(), lr)
+    return rules
+
+
+def norm_label(norm) -> str:
+    """How a norm is written in tables: ``ℓ1.5``, ``ℓ2``, ``ℓ∞``, ``spectral``, ``nuclear``."""
+    norm = check_norm(norm)
+    if not isinstance(norm, str):
+        return f"ℓ{norm:g}"
+    return {"l1": "ℓ1", "l2": "ℓ2", "linf": "ℓ∞", "spectral": "spectral", "nuc": "nuclear"}[norm]
+
+
+@dataclass(frozen=True, eq=False)
+class Runs:
+    """Every optimizer on one :class:`Instance`: ``trajectories`` ``{label: Trajectory}`` (batch S × B0,
+    problem-major), ``svms`` ``{norm: [MaxMarginSolution per problem]}``, ``member_problem`` (B,)."""
+
+    instance: Instance
+    trajectories: dict
+    svms: dict
+    member_problem: np.ndarray
+    seconds: float = 0.0
+    #: per-norm results computed from the SVMs alone (:func:`limit_deficits`), filled on first use
+    deficits: dict = field(default_factory=dict)
+
+
+def solve_svms(instance: Instance, norms) -> dict:
+    """``{norm: [SVM of each problem's optimal tokens]}`` (one convex program per norm and instance)."""
+    out = {}
+    for norm in norms:
+        norm = check_norm(norm)
+        if norm in ("spectral", "nuc") and not instance.matrix:
+            continue
+        out[norm] = max_margin_norms(instance.problems, norm)
+    return out
+
+
+def run_optimizers(instance: Instance, rules: dict, steps: int, norms, per_decade: int = 12, svms=None) -> Runs:
+    """Train every rule on every problem × start of ``instance`` (all in one :func:`train` call,
+    :class:`attnlib.optim.RuleBlocks`) for ``steps`` steps recorded on a log grid; ``svms`` the
+    instance's SVMs of ``norms`` (:func:`solve_svms`, solved here if None)."""
+    S, B0, K = len(instance.problems), len(instance.starts), len(rules)
+    # one batch: optimizer-major blocks, each problem × start inside (problem-major)
+    stack = stack_problems([p for _ in range(K) for p in instance.problems for _ in range(B0)])
+    theta0 = np.tile(instance.starts, (K * S,) + (1,) * (instance.starts.ndim - 1))
+    lrs = np.repeat([lr for _, lr in rules.values()], S * B0).astype(float)
+    blocks = RuleBlocks(tuple(step_rule(rule) for rule, _ in rules.values()), (S * B0,) * K)
+    t0 = time.perf_counter()
+    traj = train(stack, theta0, steps, blocks, lrs, record_steps=log_steps(steps, per_decade), progress=False)
+    seconds = time.perf_counter() - t0
+    trajectories = {label: traj.select(slice(k * S * B0, (k + 1) * S * B0)) for k, label in enumerate(rules)}
+    svms = solve_svms(instance, norms) if svms is None else svms
+    return Runs(instance, trajectories, svms, np.repeat(np.arange(S), B0), seconds)
+
+
+def _flat(theta) -> np.ndarray:
+    theta = np.asarray(theta, float)
+    return theta.reshape(theta.shape[:2] + (-1,)) if theta.ndim >= 3 else theta
+
+
+def margin_ratio(prob: TokenSelectionProblem, theta, sol: MaxMarginSolution, norm) -> np.ndarray:
+    """Normalised margin in ``norm`` over the SVM's: ``ρ_N(θ) = min_k ⟨θ, G_k⟩ ‖θ_mm‖_N / ‖θ‖_N``: (*batch,).
+
+    ``G_k = A_{iα_i} − A_{it}`` are the SVM's constraint rows (selection ``sol.select``), ``θ``
+    (*batch, *shape). ``ρ_N ≤ 1``, with equality exactly when θ/‖θ‖_N is a max-margin direction of
+    the norm (a unique one for ℓp, p in (1, ∞); possibly a face for ℓ1, ℓ∞ and spectral).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> sol = al.svm.max_margin_norm(prob, "linf")
+    >>> float(np.round(margin_ratio(prob, sol.theta, sol, "linf"), 6))
+    1.0
+    """
+    G, h, _ = _constraint_rows(prob, sol.select)
+    theta = np.asarray(theta, float)
+    batch = theta.shape[: theta.ndim - len(prob.shape)]
+    flat = theta.reshape(batch + (prob.size,))
+    size = norm_value(flat.reshape(batch + prob.shape), norm, prob.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (flat @ G.T).min(axis=-1) / size / sol.margin
+
+
+def member_margin_ratios(runs: Runs, label: str, norm) -> np.ndarray:
+    """``ρ_N`` of every recorded state of trajectory ``label`` against its problem's SVM of ``norm``: (R, B)."""
+    traj = runs.trajectories[label]
+    norm = check_norm(norm)
+    out = np.empty(traj.theta.shape[:2])
+    for s, (prob, sol) in enumerate(zip(runs.instance.problems, runs.svms[norm])):
+        members = runs.member_problem == s
+        out[:, members] = margin_ratio(prob, traj.theta[:, members], sol, norm)
+    return out
+
+
+def angle_degrees(theta, direction) -> np.ndarray:
+    """Angle in degrees between each ``theta`` (B, *shape) and ``direction`` ((*shape) or (B, *shape)): (B,).
+
+    >>> angle_degrees(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([1.0, 0.0])).round(6).tolist()
+    [0.0, 45.0]
+    """
+    theta = np.asarray(theta, float)
+    t = theta.reshape(len(theta), -1)
+    d = np.broadcast_to(
+        np.asarray(direction, float).reshape(
+            -1 if np.ndim(direction) < theta.ndim else len(t), *(() if np.ndim(direction) < theta.ndim else (-1,))
+        ),
+        t.shape,
+    )
+    cos = np.sum(t * d, -1) / (np.linalg.norm(t, axis=-1) * np.linalg.norm(d, axis=-1))
+    return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+
+
+def member_directions(runs: Runs, norm) -> np.ndarray:
+    """Each member's SVM of ``norm`` (its problem's): (B, *shape)."""
+    sols = runs.svms[check_norm(norm)]
+    return np.stack([sols[s].theta for s in runs.member_problem])
+
+
+def correlation_table(runs: Runs, labels=None, statistic: str = "margin") -> tuple[list, list, np.ndarray]:
+    """Rows (optimizer labels), columns (norms) and the (rows, cols) table of the median over the batch
+    of ``ρ_N`` at the horizon (``statistic="margin"``) or of ``cos(θ(T), θ_mm,N)`` ("cosine")."""
+    labels = list(runs.trajectories) if labels is None else list(labels)
+    norms = list(runs.svms)
+    table = np.empty((len(labels), len(norms)))
+    for i, label in enumerate(labels):
+        final = runs.trajectories[label].theta[-1]
+        for j, norm in enumerate(norms):
+            if statistic == "margin":
+                table[i, j] = np.median(member_margin_ratios(runs, label, norm)[-1])
+            else:
+                ref = member_directions(runs, norm)
+                f, r = final.reshape(len(final), -1), ref.reshape(len(ref), -1)
+                cos = np.sum(f * r, -1) / (np.linalg.norm(f, axis=-1) * np.linalg.norm(r, axis=-1))
+                table[i, j] = np.median(cos)
+    return labels, norms, table
+
+
+def norm_selection_reports(prob: TokenSelectionProblem, norm) -> list[SelectionReport]:
+    """Every selection's SVM under ``norm`` with its local optimality (the ℓp analogue of
+    :func:`attnlib.enumerate_selections`: neighbours are the active constraints of the ℓp SVM)."""
+    out = []
+    for sel in np.ndindex(*([prob.T] * prob.n)):
+        try:
+            sol = max_margin_norms([prob], norm, [np.array(sel)])[0]
+        except InfeasibleError:
+            out.append(SelectionReport(tuple(sel), False, False, None))
+            continue
+        out.append(SelectionReport(tuple(sel), True, _locally_optimal(prob, sol), sol))
+    return out
+
+
+@dataclass(frozen=True)
+class CheckValue:
+    """A check's statistic over the admitted members of every instance, and its control.
+
+    ``value``: the largest statistic (the prediction: ≤ :data:`MIDPOINT`); ``control``: the
+    smallest value of the control statistic (the planted wrong answer: > :data:`MIDPOINT`
+    expected); ``admitted`` and ``members``: how many trajectories the admission rule kept, of how many.
+    """
+
+    value: float
+    control: float
+    admitted: int
+    members: int
+
+
+def _problem_of_members(runs: Runs, per_problem) -> np.ndarray:
+    return np.asarray(per_problem)[runs.member_problem]
+
+
+def limit_deficits(prob: TokenSelectionProblem, sol_norm: MaxMarginSolution, sol_l2: MaxMarginSolution, norm):
+    """``(δ_N, δ_2)``: how far each candidate limit falls short of the other's margin.
+
+    ``δ_N = 1 − ρ_N(θ_mm,2)``: the ℓ2 SVM's deficit in the ``norm`` margin; ``δ_2 = 1 −
+    ‖θ_mm,2‖/min_face ‖θ‖_2``: the smallest ℓ2 deficit of any point of the ``norm`` SVM's optimal
+    set (:func:`attnlib.svm.face_min_l2`; for ℓp the SVM itself).
+    """
+    delta_norm = 1.0 - float(margin_ratio(prob, sol_l2.theta, sol_norm, norm))
+    delta_l2 = 1.0 - float(np.linalg.norm(sol_l2.theta)) / face_min_l2(prob, sol_norm, norm)
+    return delta_norm, delta_l2
+
+
+def margin_check(runs_list, label: str, norm) -> CheckValue:
+    """Does run ``label`` end at the ``norm`` margin (not at the ℓ2 one)?
+
+    Statistic, per trajectory: ``(1 − ρ_N(θ(T)))/δ_N``, its ``norm``-margin deficit at the horizon in
+    units of the deficit of the wrong limit (the ℓ2 SVM): 0 at the predicted limit, 1 at the ℓ2 SVM.
+    Control, the same run against the planted wrong answer "it converges to the ℓ2 SVM":
+    ``(1 − ρ_2(θ(T)))/δ_2``, its ℓ2 deficit in units of the smallest ℓ2 deficit on the ``norm``
+    SVM's optimal set: 0 at the ℓ2 SVM, at least 1 anywhere on the predicted set. Both are judged
+    against :data:`MIDPOINT`. Trajectories whose problem has ``δ_N`` or ``δ_2`` below
+    :data:`ADMIT_GAP` are left out (decided from the SVMs, before the runs).
+    """
+    norm = check_norm(norm)
+    values, controls, admitted, members = [], [], 0, 0
+    for runs in runs_list:
+        if label not in runs.trajectories or norm not in runs.svms:
+            continue
+        if norm not in runs.deficits:  # one face solve per problem and norm, shared by the checks
+            runs.deficits[norm] = np.array(
+                [
+                    limit_deficits(prob, sol, sol2, norm)
+                    for prob, sol, sol2 in zip(runs.instance.problems, runs.svms[norm], runs.svms["l2"])
+                ]
+            )
+        deltas = runs.deficits[norm]
+        keep = _problem_of_members(runs, deltas.min(axis=1) >= ADMIT_GAP)
+        members += keep.size
+        if not keep.any():
+            continue
+        admitted += int(keep.sum())
+        d_norm, d_l2 = _problem_of_members(runs, deltas[:, 0])[keep], _problem_of_members(runs, deltas[:, 1])[keep]
+        rho_norm = member_margin_ratios(runs, label, norm)[-1, keep]
+        rho_l2 = member_margin_ratios(runs, label, "l2")[-1, keep]
+        values.append(((1.0 - rho_norm) / d_norm).max())
+        controls.append(((1.0 - rho_l2) / d_l2).min())
+    if not values:
+        return CheckValue(np.nan, np.nan, 0, members)
+    return CheckValue(float(max(values)), float(min(controls)), admitted, members)
+
+
+def record_with_control(checks, name: str, result: CheckValue, *, why: str, planted: str, not_applicable=None):
+    """Record ``name``: ``result.value ≤`` :data:`MIDPOINT`, with the control ``{planted: result.control}`` (the same
+    statistic on the planted wrong answer, which must land beyond the bound). With no admitted
+    member the check is not applicable."""
+    reason = not_applicable or (None if result.admitted else "no instance passes the admission rule")
+    return checks.at_most(
+        name, result.value, MIDPOINT, why=why, controls={planted: result.control}, not_applicable=reason
+    )
+
+
+def table_markdown(labels, norms, table, diagonal: dict, digits: int = 4) -> str:
+    """A markdown table "optimizer × SVM norm"; cells named in ``diagonal`` ``{label: norm}`` in bold."""
+    head = "| optimizer | " + " | ".join(norm_label(n) for n in norms) + " |"
+    rows = [head, "|---|" + "---|" * len(norms)]
+    for label, row in zip(labels, table):
+        cells = [
+            f"**{x:.{digits}f}**" if diagonal.get(label) == norm else f"{x:.{digits}f}" for norm, x in zip(norms, row)
+        ]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def mirror_basin_maps(prob: TokenSelectionProblem, grid, steps: int, lr: float, p: float, tol: float) -> dict:
+    """Chapter 3's basin map (Fig. 1(b)) under NGD and under normalised mirror descent, one batch.
+
+    Every start of ``grid`` (G², *shape) is trained by both rules (:class:`attnlib.optim.RuleBlocks`);
+    a trajectory belongs to a locally-optimal selection when its motion over the second half heads
+    for that selection's SVM of the optimizer's own norm (ℓ2 for NGD, ℓp for mirror descent) within
+    ``tol`` (:func:`attnlib.classify_motion`). Returns ``{"ngd": BasinMap, "md ℓp": BasinMap}``.
+    """
+    grid = np.asarray(grid, float)
+    G = len(grid)
+    blocks = RuleBlocks((step_rule("ngd"), MirrorDescent(p=float(p), normalized=True)), (G, G))
+    half = max(steps // 2, 1)
+    traj = train(prob, np.concatenate([grid, grid]), steps, blocks, lr, record_steps=[0, half, steps], progress=False)
+    out = {}
+    for k, (key, norm) in enumerate((("ngd", "l2"), (f"md ℓ{p:g}", float(p)))):
+        reports = [r for r in norm_selection_reports(prob, norm) if r.locally_optimal]
+        part = slice(k * G, (k + 1) * G)
+        a, b = traj.theta[1, part], traj.theta[2, part]
+        labels, motion = classify_motion(prob, a, b, reports, tol)
+        out[key] = BasinMap(
+            labels=labels,
+            candidates=tuple(reports),
+            is_global=np.array([np.array_equal(r.select, prob.opt) for r in reports]),
+            final=b,
+            motion_cosine=motion,
+            position_cosine=np.stack([cosine(b, r.solution.theta) for r in reports], axis=-1),
+            extended=np.zeros(G, bool),
+            steps=int(steps),
+            readout_steps=0,
+            extend_steps=0,
+            tol=float(tol),
+        )
+    return out

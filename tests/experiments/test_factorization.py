@@ -1,0 +1,112 @@
+"""Chapter experiments: attnlib.experiments.factorization."""
+
+import numpy as np
+import pytest
+
+import attnlib as al
+from attnlib import paths  # noqa: E402
+from attnlib.experiments import local_convergence as local  # noqa: E402
+
+
+def test_rank_grid_counts_infeasible_apart():
+    grid = al.experiments.factorization.svm_rank_grid(configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(4))
+    ranks = grid.ranks(1e-6)
+    assert ranks.shape == (2, 2, 3, 4) and grid.fallbacks == 0
+    assert np.all((ranks >= 1) == grid.feasible[None])  # never a rank for an infeasible instance
+    assert np.all(ranks[:, :, 0] == -1)  # d = 1: infeasible
+    assert grid.feasible[:, -1].all()  # d = 6 ≥ max(n, T − 1) for n = 5; and for n = 10? not required
+    r = ranks[:, grid.feasible]
+    assert np.all(r[1] <= r[0])
+    assert np.nanmax(grid.accuracy) < 1e-8
+    assert np.isnan(grid.mean_rank(1e-6)[:, :, 0]).all()
+
+
+def test_train_kq_grid_is_the_unpadded_run():
+    W = al.experiments.factorization.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1)
+    assert W.shape == (1, 2, 3, 4, 4) and np.all(W[0, 0, :, 2:, :] == 0) and np.all(W[0, 0, :, :, 2:] == 0)
+    K0, Q0 = al.optim.kq_init(3, 2, 2, seed=1)
+    for j in range(3):
+        X, y, u, Z, _ = al.datasets.rank_instance(5, 4, 2, j)
+        traj = al.optim.train_kq(al.self_attention(X, y, u, Z), K0[j], Q0[j], 40, "ngd", 0.1, normalize="separate")
+        np.testing.assert_allclose(W[0, 0, j, :2, :2], traj.final[0], rtol=1e-10, atol=1e-12)
+    mask = np.zeros((1, 2, 3), bool)
+    mask[0, 1, 0] = True
+    Wm = al.experiments.factorization.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1, mask=mask)
+    assert np.isnan(Wm[0, 0]).all() and np.array_equal(Wm[0, 1, 0], W[0, 1, 0])
+
+
+def test_trained_kq_spectra_are_relative_and_skip_infeasible():
+    grid = al.experiments.factorization.svm_rank_grid(configs=[(5, 5)], ds=[1, 6], seeds=range(3))
+    sv = grid.trained_kq_spectra(steps=300)
+    assert sv.shape == (1, 2, 3, 6) and np.isnan(sv[0, 0]).all()  # d = 1: infeasible, not trained
+    np.testing.assert_allclose(sv[0, 1, :, 0], 1.0)
+    # the start K0 Q0ᵀ has full rank; after training, the rank at 0.01 is below d, like the nuclear SVM's
+    assert np.all(al.metrics.numerical_rank(grid.trained_kq_spectra(steps=0)[0, 1], 1e-6) == 6)
+    assert np.all(al.metrics.numerical_rank(sv[0, 1], 0.01) < 6) and np.all(grid.ranks(1e-6)[1, 0, 1] < 6)
+
+
+def test_local_convergence_is_train_and_train_kq_in_one_or_two_processes():
+    probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
+    runs = [al.experiments.factorization.local_convergence(probs, 30, processes=p) for p in (1, 2)]
+    stack = al.stack_problems(probs)
+    W = al.train(stack, np.zeros((6, 6)), 30, "ngd", 0.1, record_steps=[30]).theta
+    K0, Q0 = al.optim.kq_init(3, 6, 6, seed=0)
+    KQ = al.optim.train_kq(stack, K0, Q0, 30, "ngd", 0.1, normalize="separate", record_steps=[30]).W
+    for run in runs:
+        assert np.array_equal(run.W["W"], W) and np.array_equal(run.W["KQ"], KQ)
+        assert run.select["W"].tolist() == [p.selection(w).tolist() for p, w in zip(probs, W[-1])]
+        for kind in ("W", "KQ"):  # the SVMs are those of the final selections
+            sol = al.max_margin(probs[0], run.select[kind][0])
+            np.testing.assert_allclose(run.svms[kind][0, 0], sol.theta, atol=1e-8)
+    assert all(np.array_equal(runs[0].svms[k], runs[1].svms[k], equal_nan=True) for k in ("W", "KQ"))
+    with pytest.raises(ValueError, match="processes must be 1 or 2"):
+        al.experiments.factorization.local_convergence(probs, 5, processes=3)
+    with pytest.raises(ValueError, match="self-attention"):
+        al.experiments.factorization.local_convergence([al.datasets.loss_study(3.0)] * 2, 5)
+
+
+def test_selection_log_gap_matches_direct_difference_and_its_gradient():
+    prob = al.datasets.single_input(local=True)
+    theta = np.array([[1.0, 0.5, 0.0], [2.0, -1.0, 0.0], [0.3, 3.0, 0.0]])
+    floor = float(np.mean(prob.loss.value(prob.gamma[0, [1]])))
+    lg, sign, g = paths.selection_log_gap(prob, [1], theta, with_grad=True)
+    np.testing.assert_allclose(sign * np.exp(lg), prob.value(theta) - floor, rtol=1e-9)
+    np.testing.assert_allclose(g, prob.grad(theta) / np.exp(lg)[:, None], rtol=1e-9)
+    lg_far, sign_far = paths.selection_log_gap(prob, [1], np.array([800.0, 10.0, 0.0]))
+    assert sign_far == 1.0 and -900 < lg_far < -700  # far below the float resolution of L
+
+
+def test_local_path_converges_for_a_locally_optimal_selection_and_obeys_its_bound():
+    prob = al.datasets.single_input(local=True)
+    sol = al.max_margin(prob, np.array([1]))
+    case = local.local_path_case(prob, sol, per_decade=2)
+    assert case.locally_optimal and case.resolved
+    np.testing.assert_allclose(case.path.norm, case.radii, rtol=1e-9)
+    assert np.all(case.omc <= case.bound + 1e-15)
+    rho = al.normalized_margin(prob, case.path.theta, np.array([1])) * np.linalg.norm(sol.theta)
+    lo = local.cone_margin_bound(prob, [1], sol.theta, case.radii, case.mu, case.min_norm)
+    assert np.all(rho >= lo - 1e-12)
+    # the failing input of the chapter's check: the wrong reference direction (p_mm*)
+    wrong = al.one_minus_cosine(case.path.theta[-1], al.max_margin(prob).theta)
+    assert wrong > 1e3 * case.bound[-1]
+
+
+def test_local_path_leaves_when_every_neighbour_scores_higher():
+    prob = al.datasets.single_input(local=True)
+    sol = al.max_margin(prob, np.array([2]))
+    case = local.local_path_case(prob, sol, per_decade=1)
+    assert not case.locally_optimal and case.all_higher
+    assert case.leave > 0.99
+    assert local.admissible_cone_angle(prob, [2], sol.theta) == 0.0
+    assert np.all(local.cone_margin_bound(prob, [2], sol.theta, [10.0], 0.001, 1.0) == -np.inf)
+
+
+def test_cone_too_wide_has_no_bound_and_the_path_sits_on_its_edge():
+    """Fig. 1(b), α = 2: past the admissible angle token 1 (higher score) outweighs token 3 on the edge."""
+    prob = al.datasets.single_input(local=True)
+    sol = al.max_margin(prob, np.array([1]))
+    mu = 0.05  # 18° > the admissible 5.45°
+    assert np.arccos(1 - mu) > local.admissible_cone_angle(prob, [1], sol.theta)
+    assert local.cone_min_norm(prob, [1], sol.theta, mu) == np.inf
+    path = paths.local_regularization_path(prob, np.array([1]), [10.0, 100.0], mu, min_norm=1.0)
+    np.testing.assert_allclose(al.one_minus_cosine(path.theta, sol.theta), mu, rtol=1e-6)

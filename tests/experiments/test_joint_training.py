@@ -1,0 +1,127 @@
+"""Chapter experiments: attnlib.experiments.joint_training."""
+
+import numpy as np
+import pytest
+
+import attnlib as al
+
+
+def official(h):
+    X, y = al.datasets.joint_tokens(third=(0.5, h))
+    return X, y, al.joint_svms(X, y, select=1)
+
+
+def test_classify_alignment():
+    _, _, svms = official(1.5)  # relaxed (1, 0), full along (5, 1): separation atan(0.2) = 11.3 degrees
+    sep = np.radians(svms.separation)
+    at = lambda frac: [np.cos(frac * sep), np.sin(frac * sep)]  # noqa: E731
+    P = np.array([at(0.0), at(0.2), at(0.5), at(0.8), at(1.0), at(1.2), at(-0.3)])
+    expected = ["relaxed", "relaxed", "neither", "full", "full", "full", "neither"]
+    assert al.experiments.joint_training.classify_alignment(P, svms).tolist() == expected
+    assert al.experiments.joint_training.classify_alignment(P[0], svms).shape == ()
+    _, _, tight = official(1.0)
+    assert set(al.experiments.joint_training.classify_alignment(P, tight).tolist()) == {"same"}
+    with pytest.raises(ValueError, match="fraction"):
+        al.experiments.joint_training.classify_alignment(P, svms, fraction=0.5)
+
+
+def test_random_joint_runs_rows_and_records():
+    runs = al.experiments.joint_training.random_joint_runs(seed=3, instances=3, n=5, inits=2, steps=400)
+    assert runs.p.shape == (6, 2) and len(runs.svms) == 3 and runs.predicted.shape == (3, 2)
+    assert runs.instance.tolist() == [0, 0, 1, 1, 2, 2] and runs.init.tolist() == [0, 1] * 3
+    # Same data and first initialisation as a direct run.
+    X, y = al.datasets.random_joint_tokens(n=5, d=2, seed=[3, 1])
+    traj = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=400)
+    np.testing.assert_allclose(runs.p[2], traj.p[-1, 0], rtol=1e-12)
+    svms = runs.svms[1]
+    np.testing.assert_allclose(runs.v_gap[2], al.one_minus_cosine(traj.v[-1, 0], svms.label.v), rtol=1e-9, atol=1e-300)
+    mass = np.exp(traj.problem.log_attention(traj.p[-1, 0])[:, 1])
+    assert runs.sv_mass[2] == pytest.approx(mass[svms.support].min())
+    assert set(runs.observed.tolist()) <= set(al.experiments.joint_training.ALIGNMENT_CLASSES)
+    assert runs.zero_row.shape == (3,) and runs.on_selection.dtype == bool
+    for bad, match in ((dict(instances=0), "instances"), (dict(inits=0), "inits"), (dict(records=2), "records")):
+        with pytest.raises(ValueError, match=match):
+            al.experiments.joint_training.random_joint_runs(seed=0, **{"instances": 1, **bad})
+
+
+def test_joint_path_on_the_papers_sets_follows_the_relaxed_svm_within_its_bounds():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    radii = np.array([100.0, 1000.0])
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    path = al.paths.joint_regularization_path(X, y, 1, radii, radii**2)
+    assert path.p.shape == (2, 2, 2) and not path.unsettled
+    for s, (Xs, ys) in enumerate(sets):
+        svms = al.joint_svms(Xs, ys, select=1)
+        one = al.paths.joint_regularization_path(Xs, ys, 1, radii, radii**2)
+        np.testing.assert_allclose(one.p, path.p[s], atol=1e-9)
+        v_bound, p_bound, _, same = al.experiments.joint_training.joint_path_bounds(Xs, ys, np.ones(3, int), one, svms)
+        assert same
+        assert np.all(al.one_minus_cosine(one.v, svms.label.v) <= v_bound)
+        assert np.all(al.one_minus_cosine(one.p, svms.relaxed.theta) <= p_bound)
+        if s == 1:  # the full p-SVM is the wrong reference: the same test fails
+            assert al.one_minus_cosine(one.p[-1], svms.full.theta) > 5 * p_bound[-1]
+
+
+def test_selected_mass_and_confidence_against_their_definitions():
+    X, y = al.datasets.joint_tokens(relaxed=True)
+    traj = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=20)
+    mass = al.experiments.joint_training.selected_mass(traj, 1)
+    assert mass.shape == (21, 1, 3)
+    logits = np.einsum("rbk,itk->rbit", traj.p, X)  # W = I: keys are the tokens
+    np.testing.assert_allclose(mass, np.exp(logits[..., 1]) / np.exp(logits).sum(-1), rtol=1e-12)
+    f = np.einsum("rbd,itd,rbit->rbi", traj.v, X, np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+    conf = al.experiments.joint_training.classifier_confidence(traj)
+    np.testing.assert_allclose(conf, 1 / (1 + np.exp(-y * f)), rtol=1e-12)
+    big = al.train_joint(X, y, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=3000, lr=1.0)
+    assert np.all(np.isfinite(al.experiments.joint_training.classifier_confidence(big)))  # no overflow at large outputs
+
+
+def test_arc_position_is_zero_at_the_relaxed_svm_one_at_the_full_and_signed():
+    _, _, svms = official(1.5)
+    a_rel = np.arctan2(*svms.relaxed.theta[::-1])
+    a_full = np.arctan2(*svms.full.theta[::-1])
+    angles = a_rel + np.array([0.0, 0.5, 1.0, -0.5, 2.0]) * (a_full - a_rel)
+    P = 3.0 * np.stack([np.cos(angles), np.sin(angles)], -1)
+    np.testing.assert_allclose(
+        al.experiments.joint_training.arc_position(P, svms), [0.0, 0.5, 1.0, -0.5, 2.0], atol=1e-12
+    )
+
+
+def test_train_joint_ratio_moves_v_rho_times_faster_and_is_the_stack_at_rho_1():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    P0, V0 = al.datasets.JOINT_P0, al.datasets.JOINT_V0
+    one = al.experiments.joint_training.train_joint_ratio(sets, P0, V0, 100, rho=1.0)
+    stack = al.optim.train_joint_stack([al.JointAttention(X, y, np.eye(2), "logistic") for X, y in sets], P0, V0, 100)
+    for a, b in zip(one, stack):
+        np.testing.assert_allclose(a.p, b.p, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(a.v, b.v, rtol=1e-12, atol=1e-12)
+    fast = al.experiments.joint_training.train_joint_ratio(sets, P0, V0, 300, rho=4.0)[1]
+    step_p = np.linalg.norm(np.diff(fast.p[:, 0], axis=0), axis=-1)
+    step_v = np.linalg.norm(np.diff(fast.v[:, 0], axis=0), axis=-1)
+    np.testing.assert_allclose(step_p, 0.1, rtol=1e-9)  # NGD: every move has length eta on p ...
+    np.testing.assert_allclose(step_v, 0.4, rtol=1e-9)  # ... and rho * eta on v
+    np.testing.assert_array_equal(fast.problem.X, sets[1][0])  # the original data, not rho X
+    # the loss recorded is the loss of the original problem at (p, v)
+    np.testing.assert_allclose(fast.loss, fast.problem.value(fast.p, fast.v), rtol=1e-10)
+    with pytest.raises(ValueError, match="rho"):
+        al.experiments.joint_training.train_joint_ratio(sets, P0, V0, 10, rho=0.0)
+
+
+def test_joint_path_rows_and_table_read_the_path_against_the_svms():
+    sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    radii = np.array([100.0, 1000.0])
+    X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
+    path = al.paths.joint_regularization_path(X, y, 1, radii, radii**2)
+    svms = [al.joint_svms(*s, select=1) for s in sets]
+    rows = al.experiments.joint_training.joint_path_rows(path, X, y, svms, 1)
+    given = al.experiments.joint_training.joint_path_rows(
+        path, X, y, svms, 1, [al.svm.balanced_direction(s) for s in svms]
+    )
+    assert rows == given
+    assert [r["cls"] for r in rows] == ["same", "relaxed"]
+    assert all(r["v_ratio"] <= 1 and r["p_ratio"] <= 1 for r in rows)
+    assert rows[1]["full_ratio"] > 5  # the wrong reference fails the same bound
+    np.testing.assert_allclose(rows[1]["to_full"], svms[1].separation, atol=0.05)
+    table = al.experiments.joint_training.joint_path_table({("paper", 2.0): rows}, {"paper": ["tight", "relaxed"]})
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| tight | 2 |") and lines[3].endswith("| relaxed |")

@@ -1,0 +1,157 @@
+"""The optimizer-geometry step rules, the engine hook they use, and the chapter's statistics."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnlib as al
+from attnlib import optim
+from attnlib.experiments import optimizer_geometry as og
+from attnlib.figures import optimizer_geometry as og_fig
+
+FIXTURE = Path(__file__).parent / "fixtures" / "optim_before_geometry.npz"
+
+
+def test_gd_ngd_polyak_bit_identical_to_the_engine_before_the_hook():
+    # tests/fixtures/optim_before_geometry.npz was written by attnlib at 99127ef, before
+    # StepRule.moves_itself existed (script: the loop below, 200 steps, every 50th recorded).
+    before = np.load(FIXTURE)
+    probs = {"single": al.datasets.single_input(local=True), "w": al.datasets.random_tokens(3, 4, 3, seed=3)}
+    for key, prob in probs.items():
+        theta0 = np.random.default_rng(0).standard_normal((2,) + prob.shape)
+        for method, lr in (("gd", 0.5), ("ngd", 0.1), ("polyak", 1.0)):
+            traj = al.train(prob, theta0, 200, method=method, lr=lr, record_every=50)
+            assert np.array_equal(traj.theta, before[f"{key}_{method}"]), (key, method)
+
+
+def test_mirror_map_inverts_and_p2_is_gd_and_ngd():
+    x = np.array([[-2.0, 0.0, 0.5]])
+    for p in (1.2, 1.5, 3.0, 7.0):
+        assert np.allclose(optim.inverse_mirror_map(optim.mirror_map(x, p), p), x, rtol=1e-14, atol=0)
+    prob = al.datasets.multi_input()
+    starts = al.datasets.MULTI_INPUT_INITS
+    gd = al.train(prob, starts, 200, "gd", 1.0)
+    md = al.train(prob, starts, 200, optim.MirrorDescent(p=2.0), 1.0)
+    assert np.allclose(md.theta, gd.theta, rtol=1e-12, atol=1e-12)
+    ngd = al.train(prob, starts, 200, "ngd", 0.1)
+    nmd = al.train(prob, starts, 200, optim.MirrorDescent(p=2.0, normalized=True), 0.1)
+    assert np.allclose(nmd.theta, ngd.theta, rtol=1e-11, atol=1e-11)
+
+
+def test_mirror_step_is_the_dual_update():
+    prob = al.datasets.random_tokens(3, 4, 3, seed=1)
+    theta = np.random.default_rng(2).standard_normal((2,) + prob.shape)
+    p = 3.0
+    traj = al.train(prob, theta, 1, optim.MirrorDescent(p=p), 0.3)
+    grad = np.stack([prob.grad(t) for t in theta])
+    expected = optim.inverse_mirror_map(optim.mirror_map(theta, p) - 0.3 * grad, p)
+    assert np.allclose(traj.theta[-1], expected, rtol=1e-12, atol=1e-14)
+
+
+def test_steepest_moves_have_length_eta_in_their_norm_and_descend():
+    prob = al.datasets.random_tokens(3, 4, 3, seed=5)
+    theta = np.random.default_rng(4).standard_normal((3,) + prob.shape)
+    grad = np.stack([prob.grad(t) for t in theta])
+    for rule, norm in (
+        (optim.SignDescent(), "linf"),
+        (optim.CoordinateDescent(), "l1"),
+        (optim.SpectralDescent(), "spectral"),
+    ):
+        moved = al.train(prob, theta, 1, rule, 0.05).theta[-1]
+        step = theta - moved
+        assert np.allclose(al.svm.norm_value(step, norm, prob.shape), 0.05, rtol=1e-12)
+        # the steepest move: ⟨∇L, Δ⟩ equals η times the dual norm of the gradient
+        dual = al.svm.norm_value(grad, al.svm.dual_norm(norm), prob.shape)
+        assert np.allclose(np.sum(grad * step, axis=(1, 2)), 0.05 * dual, rtol=1e-10)
+
+
+def test_adam_first_step_is_sign_and_scale_free():
+    prob = al.datasets.multi_input()
+    theta = al.datasets.MULTI_INPUT_INITS
+    adam = al.train(prob, theta, 1, optim.Adam(), 0.01).theta[-1]
+    sign = al.train(prob, theta, 1, optim.SignDescent(), 0.01).theta[-1]
+    assert np.allclose(adam, sign, rtol=0, atol=1e-15)
+    # moments stored relative to the gradient's scale: 50 steps equal a direct float64 Adam
+    rule = optim.Adam(beta1=0.9, beta2=0.99)
+    traj = al.train(prob, theta, 50, rule, 0.01)
+    x, m, v = theta.copy(), np.zeros_like(theta), np.zeros_like(theta)
+    for t in range(1, 51):
+        g = np.stack([prob.grad(row) for row in x])
+        m, v = 0.9 * m + 0.1 * g, 0.99 * v + 0.01 * g * g
+        mh, vh = m / (1 - 0.9**t), v / (1 - 0.99**t)
+        x = x - 0.01 * np.where(mh != 0, mh / np.sqrt(np.where(vh > 0, vh, 1.0)), 0.0)
+    assert np.allclose(traj.theta[-1], x, rtol=1e-10, atol=1e-12)
+
+
+def test_rule_blocks_equal_separate_runs():
+    prob = al.datasets.single_input()
+    starts = al.datasets.SINGLE_INPUT_INITS
+    rules = (optim.step_rule("ngd"), optim.MirrorDescent(1.5, True), optim.SignDescent(), optim.Adam())
+    blocks = optim.RuleBlocks(rules, (6,) * 4)
+    together = al.train(prob, np.tile(starts, (4, 1)), 300, blocks, 0.1)
+    for k, rule in enumerate(rules):
+        alone = al.train(prob, starts, 300, rule, 0.1)
+        assert np.allclose(together.theta[:, 6 * k : 6 * k + 6], alone.theta, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="Polyak"):
+        optim.RuleBlocks((optim.PolyakStep(),), (1,))
+    with pytest.raises(ValueError, match="blocks hold"):
+        al.train(prob, starts, 1, optim.RuleBlocks(rules, (1, 1, 1, 1)), 0.1)
+
+
+def test_rules_by_name_and_bad_parameters():
+    assert isinstance(optim.step_rule("sign"), optim.SignDescent)
+    assert optim.step_rule("mirror").p == 3.0
+    with pytest.raises(ValueError, match="p must be a real number in"):
+        optim.MirrorDescent(p=1.0)
+    with pytest.raises(ValueError, match="method must be one of"):
+        optim.step_rule("momentum")
+    with pytest.raises(ValueError, match="matrix parameter"):
+        al.train(al.datasets.single_input(), np.zeros(3), 1, optim.SpectralDescent(), 0.1)
+
+
+def test_margin_ratio_is_one_on_the_svm_and_below_elsewhere():
+    prob = al.datasets.single_input()
+    for norm in (1.5, "l2", "linf", "l1"):
+        sol = al.svm.max_margin_norm(prob, norm)
+        assert og.margin_ratio(prob, sol.theta, sol, norm) == pytest.approx(1.0, abs=1e-7)
+        other = al.svm.max_margin_norm(prob, "linf" if norm != "linf" else "l2")
+        assert og.margin_ratio(prob, other.theta, sol, norm) < 1 - 1e-3
+
+
+def test_chapter_checks_pass_and_controls_fail_on_a_small_run():
+    groups = og.instances(seed=0, w_count=2)
+    runs = []
+    for inst in (groups["single"], groups["random"]):
+        rules = og.optimizer_rules([1.5], matrix=inst.matrix)
+        rules = {k: v for k, v in rules.items() if k in ("NGD", "MD p=1.5", "sign", "spectral")}
+        runs.append(og.run_optimizers(inst, rules, 1500, [1.5, "l2", "linf", "spectral"]))
+    mirror = og.margin_check(runs, "MD p=1.5", 1.5)
+    assert mirror.admitted > 0 and mirror.value <= og.MIDPOINT < mirror.control
+    sign = og.margin_check(runs, "sign", "linf")
+    assert sign.value <= og.MIDPOINT < sign.control
+    # the wrong optimizer fails the same check: NGD measured as if it were sign descent
+    assert og.margin_check(runs, "NGD", "linf").value > og.MIDPOINT
+    checks = al.Checks(display=False)
+    check = og.record_with_control(checks, "m", mirror, why="x", planted="y")
+    assert check.status == "passed" and check.controls[0]["status"] == "failed"
+
+
+def test_face_minimum_is_below_the_solvers_point_and_exact_for_lp():
+    prob = al.datasets.random_tokens(3, 4, 4, seed=2, family="global")
+    for norm in ("linf", "l1", "spectral"):
+        sol = al.svm.max_margin_norm(prob, norm)
+        assert al.svm.face_min_l2(prob, sol, norm) <= np.linalg.norm(sol.theta) + 1e-12
+    sol = al.svm.max_margin_norm(prob, 1.5)
+    assert al.svm.face_min_l2(prob, sol, 1.5) == np.linalg.norm(sol.theta)
+
+
+def test_path_explorer_draws_every_choice_with_its_norms_svm():
+    choices = {"NGD": ("ngd", "l2"), "mirror descent": (None, None), "sign descent": ("sign", "linf")}
+    explorer = og_fig.PathExplorer(al.datasets.single_input(), choices)
+    for choice in choices:
+        fig = explorer.draw(choice, p=1.5, steps=20)
+        assert fig is explorer.fig and explorer.ax.get_title().startswith(choice)
+    assert len(explorer._cache) == 3
+    explorer.draw("mirror descent", p=3.0, steps=20)  # another exponent: another path and SVM
+    assert len(explorer._cache) == 4 and 3.0 in explorer._svms
