@@ -6,6 +6,7 @@ of ``_toc.yml`` is executed once per test run at most, and not at all if ``make 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -143,12 +144,37 @@ def test_claims_table_lists_every_check(tmp_path):
     (staged / "parameters.json").write_text(json.dumps(summary))
     table = book.claims_table(tmp_path)
     assert table.startswith("**1 of 3 checks pass, 1 not applicable, 1 failed**")
-    assert "{doc}`/notebooks/parameters`**: 1 of 3 checks pass, 1 not applicable, 1 failed." in table
-    assert "not applicable (two SVMs tie)" in table  # one heading line per chapter
+    assert ":::{dropdown} " in table  # each chapter folds
+    assert "{doc}`/notebooks/parameters`: 1 of 3 checks pass, 1 not applicable, 1 failed." in table
+    assert "not applicable (two SVMs tie)" in table
     # no description: the name; a value this close to 1 keeps its distance from 1 visible
     assert "`final_cosine`" in table and "`0.99912345`" in table
     assert "\\>\\= 0\\.999" in table  # criteria are shown as typed, not as markdown (">" would be a quote)
     assert "softmax mass $\\to 1$" in table and "**FAIL**" in table  # descriptions are prose, math allowed
+
+
+def test_claims_table_shows_controls_margins_and_certificates(tmp_path):
+    from attnlib.book.checks import Checks
+
+    _mini_book(tmp_path, ["parameters"])
+    staged = tmp_path / book.STAGE_DIR / "notebooks"
+    staged.mkdir(parents=True)
+    checks = Checks(display=False)
+    checks.at_least("corr", 0.99882, 0.99277, why="W follows W_mm(α̂)", controls={"W_mm(opt) as reference": 0.76})
+    checks.at_least("share", 0.95, 0.95, why="ok share", controls={"a quarter of the horizon": 0.5}, resolution=0.3)
+    checks.at_most("weak", 0.1, 1.0, why="weak", controls={"the other SVM": 0.5})
+    checks.certificate("ray_bound", 2.94e-8, 8.16e-4, why="proved for any point below the ray")
+    records = [dataclasses.asdict(c) for c in checks.records]
+    summary = {"notebook": "x", "parameters": {}, "status": "ok", "error": None, "duration_s": 1.0, "checks": records}
+    (staged / "parameters.json").write_text(json.dumps(summary))
+    table = book.claims_table(tmp_path)
+    assert "2 of 3 checks pass, 1 failed; 1 proved bound (certificate) holds" in table
+    assert "`corr`: W follows W_mm(α̂)" in table and "`0.9988`" in table  # precision from the distance to the bound
+    assert "W\\_mm\\(opt\\) as reference: `0.76` (fails, as it must)" in table
+    assert "**at the bound**" in table and "detects a rotation of 0.3°" in table
+    assert "**passes: the check cannot tell it**" in table and "(a control passed)" in table
+    assert "Proved on the page" in table and "`ray_bound`: `2.9e-08`" in table
+    assert table.count("* - `") == 3  # certificates are not rows of the checks' table
 
 
 def test_the_site_is_built_and_self_contained(built_site):

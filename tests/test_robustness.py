@@ -51,9 +51,35 @@ def test_a_notebook_error_is_a_failed_row():
             "value": "",
             "status": "failed",
             "reason": "ValueError: boom",
+            "kind": "check",
+            "controls": "[]",
+            "seed_independent": "",
         }
     ]
     assert robustness.chapter_outcomes(rows) == {"seeds": 1, "ok": 0, "failed_seeds": [5]}
+
+
+def test_rows_carry_controls_and_the_page_lists_seed_independent_checks():
+    from dataclasses import asdict
+
+    from attnlib.book.checks import Checks
+
+    def summary(seed):
+        checks = Checks(display=False)
+        checks.at_most("moves", 0.1 * seed, 1.0, why="w", controls={"the other SVM": 2.0})
+        checks.at_least("fixed", 0.9, 0.5, why="w", controls={"a wrong direction": 0.1 + 0.5 * (seed == 2)})
+        checks.at_least("declared", 1.0, 0.5, why="w", controls={"x": 0.0}, seed_independent="the paper's instance")
+        return {"status": "ok", "checks": [asdict(c) for c in checks.records]}
+
+    rows = [row for seed in (1, 2) for row in robustness._rows_of_point("x", seed, summary(seed))]
+    rates = {r["check"]: r for r in robustness.check_rates(rows)}
+    assert robustness.controls_of(rows[0]) == [("the other SVM", 2.0, "failed")]
+    assert (rates["fixed"]["with_controls"], rates["fixed"]["control_passed"]) == (2, 1)  # seed 2: 0.6 >= 0.5
+    assert rates["fixed"]["controls"] == {"a wrong direction": [0.1, 0.6]}
+    assert robustness.chapter_outcomes(rows)["failed_seeds"] == [2]  # a passed control is a failed check
+    constant = {e["check"]: e for e in robustness.seed_independent(rows)}
+    assert set(constant) == {"fixed", "declared"}
+    assert constant["declared"]["reason"] == "the paper's instance" and not constant["fixed"]["declared"]
 
 
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, capsys):

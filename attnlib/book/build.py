@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checks import NOT_APPLICABLE, PASSED, count_statuses, describe_counts, status_of
+from .checks import NOT_APPLICABLE, PASSED, count_statuses, describe_counts, shown_at_precision, status_of
 from .files import log as _log
 from .run import execute_notebook, summary_path
 
@@ -252,7 +252,7 @@ def _result(notebook: Path, summary: dict, status: str) -> ExecutionResult:
         status=status,
         duration_s=float(summary.get("duration_s", 0.0)),
         checks_passed=count_statuses(checks)[PASSED],
-        checks_total=len(checks),
+        checks_total=sum(count_statuses(checks).values()),  # certificates are not checks
         error=summary.get("error"),
         checks_not_applicable=count_statuses(checks)[NOT_APPLICABLE],
     )
@@ -357,34 +357,146 @@ def _plain(text: str) -> str:
     return "".join(f"\\{char}" if char in string.punctuation else char for char in " ".join(str(text).split()))
 
 
-def _chapter_claims(notebook: Path, checks: list[dict]) -> list[str]:
-    lines = [
-        f"**{{doc}}`/{notebook.with_suffix('').as_posix()}`**: {describe_counts(checks)}.",
-        "",
-    ]
-    if not checks:
-        return lines
-    lines += [
-        "```{list-table}",
-        ":header-rows: 1",
-        ":class: claims-table",
-        ":widths: 38 42 12 8",
-        "",
-        "* - check",
-        "  - criterion",
-        "  - measured",
-        "  - verdict",
-    ]
-    for check in checks:
+_SENSE_SIGNS = {">=": "≥", "<=": "≤", "==": "="}
+
+
+def _distance_to_bound(record: dict, x) -> float | None:
+    """How far ``x`` lies from the nearer edge of the record's bound (None for labels)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return None
+    if record.get("sense") == "in":
+        return min(abs(x - record["low"]), abs(record["high"] - x))
+    if isinstance(record.get("bound"), (int, float)) and not isinstance(record.get("bound"), bool):
+        return abs(x - record["bound"])
+    return None
+
+
+def _precision(record: dict) -> float | None:
+    """The distance at which the record's numbers are shown: the value's distance to the bound, else
+    the nearest control's, else the interval's half-width."""
+    distances = [_distance_to_bound(record, record.get("value"))]
+    distances += [_distance_to_bound(record, c.get("value")) for c in record.get("controls", [])]
+    if record.get("sense") == "in":
+        distances.append((record["high"] - record["low"]) / 2)
+    positive = [d for d in distances if d]
+    return min(positive) if positive else None
+
+
+def _number(record: dict, x) -> str:
+    """A value of the record, at the precision of the record's tolerance (old records: four digits)."""
+    if "sense" not in record:
+        return _format_value(x)
+    return shown_at_precision(x, _precision(record)) if isinstance(x, float) else str(x)
+
+
+def _bound_text(record: dict) -> str:
+    """``≥ 0.9928``, ``in [0.97, 1.03]``: the bound at the record's precision, else the criterion text."""
+    sense = record.get("sense")
+    if sense == "in":
+        return f"in [{_number(record, record['low'])}, {_number(record, record['high'])}]"
+    if sense in _SENSE_SIGNS and "bound" in record:
+        return f"{_SENSE_SIGNS[sense]} {_number(record, record['bound'])}"
+    return record["criterion"]
+
+
+def _margin_text(record: dict) -> str:
+    """The value's distance inside its bound (in the record's unit); a pass exactly at the bound is marked."""
+    m = record.get("margin")
+    if m is None:
+        return "—"
+    if m == 0:
+        return "**at the bound**"
+    return f"{m:+.2g} {record.get('scale', '')}".strip()
+
+
+def _controls_text(record: dict) -> str:
+    """Each control: what was planted, its value, its verdict (a control must fail)."""
+    if not record.get("controls"):
+        return "no control yet" if record.get("controls_pending") else "—"
+    parts = []
+    for control in record["controls"]:
+        verdict = "fails, as it must" if control["status"] == "failed" else "**passes: the check cannot tell it**"
+        parts.append(f"{_plain(control['planted'])}: {_code(_number(record, control['value']))} ({verdict})")
+    return "; ".join(parts)
+
+
+def _separation_text(record: dict) -> str:
+    sep = record.get("separation")
+    text = "—" if sep is None else f"{sep:+.2g} {record.get('scale', '')}".strip()
+    if record.get("resolution") is not None:
+        text += f"; detects a rotation of {record['resolution']:.2g}°"
+    return text
+
+
+def _chapter_title(notebook: Path) -> str:
+    """The notebook's first level-1 heading (its title in the table of contents)."""
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return notebook.stem
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", "")).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return notebook.stem
+
+
+def _chapter_claims(notebook: Path, records: list[dict], title: str | None = None) -> list[str]:
+    """One chapter's claims, folded: a dropdown whose title counts them, holding the checks' table
+    (name, value, bound, margin, controls, separation, verdict) and the proved bounds apart."""
+    checks = [r for r in records if r.get("kind", "check") == "check"]
+    certificates = [r for r in records if r.get("kind", "check") == "certificate"]
+    counts = describe_counts(records)
+    pending = sum(1 for r in checks if r.get("controls_pending") and not r.get("controls"))
+    if pending:
+        counts += f"; {pending} of them without a control yet"
+    lines = [f":::{{dropdown}} {title or notebook.stem}: {counts}", ""]
+    lines += [f"{{doc}}`/{notebook.with_suffix('').as_posix()}`: {counts}.", ""]
+    if checks:
         lines += [
-            # The description is the notebook's own prose (it may hold math); the criterion is code-like text.
-            f"* - {' '.join(check.get('description', '').split()) or _code(check['name'])}",
-            f"  - {_plain(check['criterion'])}",
-            f"  - {_code(_format_value(check['value']))}",
-            f"  - {_VERDICTS[status_of(check)]}"
-            + (f" ({_plain(check['reason'])})" if status_of(check) == NOT_APPLICABLE else ""),
+            "```{list-table}",
+            ":header-rows: 1",
+            ":class: claims-table",
+            ":widths: 26 12 12 10 24 10 6",
+            "",
+            "* - check",
+            "  - measured",
+            "  - bound",
+            "  - margin inside the bound",
+            "  - control (the same test on a planted wrong answer)",
+            "  - separation (the nearest control beyond the bound)",
+            "  - verdict",
         ]
-    return lines + ["```", ""]
+        for check in checks:
+            status = status_of(check)
+            verdict = _VERDICTS[status]
+            if status == NOT_APPLICABLE:
+                verdict += f" ({_plain(check.get('reason', ''))})"
+            elif status == "failed" and check.get("value_status") == PASSED:
+                verdict += " (a control passed)"
+            description = " ".join(check.get("description", "").split())
+            lines += [
+                # The description is the notebook's own prose (it may hold math); the numbers are code-like text.
+                f"* - {_code(check['name'])}" + (f": {description}" if description else ""),
+                f"  - {_code(_number(check, check['value']))}",
+                f"  - {_plain(_bound_text(check))}",
+                f"  - {_margin_text(check)}",
+                f"  - {_controls_text(check)}",
+                f"  - {_separation_text(check)}",
+                f"  - {verdict}",
+            ]
+        lines += ["```", ""]
+    if certificates:
+        lines += ["Proved on the page (certificates: facts shown, not tested as claims):", ""]
+        for cert in certificates:
+            held = "holds" if status_of(cert) == PASSED else "**VIOLATED**"
+            lines.append(
+                f"- {_code(cert['name'])}: {_code(_number(cert, cert['value']))} {_plain(_bound_text(cert))}, {held}"
+                f" ({' '.join(cert.get('description', '').split())})"
+            )
+        lines.append("")
+    return lines + [":::", ""]
 
 
 def claims_table(root: Path | str = ".") -> str:
@@ -397,10 +509,14 @@ def claims_table(root: Path | str = ".") -> str:
             raise BookError(f"{notebook} has no executed summary in {STAGE_DIR}: execute it first")
         checks = json.loads(summary_path(executed).read_text(encoding="utf-8"))["checks"]
         every += checks
-        lines += _chapter_claims(notebook, checks)
+        lines += _chapter_claims(notebook, checks, _chapter_title(root / notebook))
     if not every:
         return "No chapter has recorded a check yet.\n"
-    header = f"**{describe_counts(every)}**, generated from the executed notebooks when the book was built."
+    header = (
+        f"**{describe_counts(every)}**, generated from the executed notebooks when the book was built. A check "
+        "passes when its value meets the bound *and* every control (the same test on a planted wrong answer) "
+        "misses it; margins and separations are in the unit shown (decades: log10 of the ratio to the bound)."
+    )
     return "\n".join([header, "", *lines])
 
 

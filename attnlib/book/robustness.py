@@ -35,13 +35,15 @@ from pathlib import Path
 from .checks import FAILED, STATUSES, status_of
 from .files import log as _log
 from .files import write_atomically, write_json_atomically
-from .run import EXIT_USAGE, UsageError
+from .run import EXIT_USAGE, UsageError, notebook_parameters
 from .sweep import PROJECT_ROOT, run_sweep
 
 __all__ = [
     "THEOREM_CHAPTERS",
     "check_rates",
     "chapter_outcomes",
+    "controls_of",
+    "seed_independent",
     "main",
     "collect_chapter",
     "numerics_digest",
@@ -58,11 +60,22 @@ THEOREM_CHAPTERS = (
     "04_joint_training",
     "05_fast_rates",
     "06_real_tokens",
-    "10_factorization",
-    "11_decoder_and_initialisation",
+    "07_factorization",
+    "08_decoder_and_initialisation",
 )
 TABLE_DIR = Path("book/robustness")
-COLUMNS = ("chapter", "seed", "point_status", "check", "value", "status", "reason")
+COLUMNS = (
+    "chapter",
+    "seed",
+    "point_status",
+    "check",
+    "value",
+    "status",
+    "reason",
+    "kind",
+    "controls",
+    "seed_independent",
+)
 ERROR_CHECK = "(notebook error)"  # the row of a point that raised before or outside its checks
 
 
@@ -78,6 +91,10 @@ def _rows_of_point(chapter: str, seed: int, summary: dict) -> list[dict]:
                 "value": check["value"],
                 "status": status_of(check),
                 "reason": check.get("reason", ""),
+                "kind": check.get("kind", "check"),
+                # each control as [what was planted, value, status]: a control that passed is a failed check
+                "controls": json.dumps([[c["planted"], c["value"], c["status"]] for c in check.get("controls", [])]),
+                "seed_independent": check.get("seed_independent", ""),
             }
         )
     failed_checks = any(r["status"] == FAILED for r in rows)
@@ -91,6 +108,9 @@ def _rows_of_point(chapter: str, seed: int, summary: dict) -> list[dict]:
                 "value": "",
                 "status": FAILED,
                 "reason": summary.get("error") or "",
+                "kind": "check",
+                "controls": "[]",
+                "seed_independent": "",
             }
         )
     return rows
@@ -113,19 +133,76 @@ def read_table(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def controls_of(row: dict) -> list[tuple[str, object, str]]:
+    """The controls of a table row, as ``(planted, value, status)`` (tables made before controls: none)."""
+    return [tuple(c) for c in json.loads(row.get("controls") or "[]")]
+
+
 def check_rates(rows: list[dict]) -> list[dict]:
-    """Per check, in order of first appearance: how many seeds passed, failed, were not applicable."""
+    """Per check, in order of first appearance: how many seeds passed, failed, were not applicable; on how
+    many seeds it had controls and on how many a control passed (a wrong answer the check could not tell);
+    its kind (check or certificate); the range of its controls' values per planted error."""
     table: dict[str, dict] = {}
     for row in rows:
-        entry = table.setdefault(row["check"], {"check": row["check"], **dict.fromkeys(STATUSES, 0), "reasons": set()})
+        entry = table.setdefault(
+            row["check"],
+            {
+                "check": row["check"],
+                **dict.fromkeys(STATUSES, 0),
+                "reasons": set(),
+                "kind": row.get("kind") or "check",
+                "with_controls": 0,
+                "control_passed": 0,
+                "controls": {},
+            },
+        )
         entry[row["status"]] += 1
         if row["status"] != "passed" and row.get("reason"):
             entry["reasons"].add(row["reason"])
+        controls = controls_of(row)
+        entry["with_controls"] += bool(controls)
+        entry["control_passed"] += any(status == "passed" for _, _, status in controls)
+        for planted, value, _ in controls:
+            entry["controls"].setdefault(planted, []).append(value)
     return list(table.values())
 
 
+def seed_independent(rows: list[dict]) -> list[dict]:
+    """The checks whose value is the same on every seed of the table (at least two seeds), with the reason
+    the chapter declared (``seed_independent=`` of the predicate), or a note that it declared none: the
+    seeds then do not reach the claim, and the sweep adds no evidence for it.
+
+    >>> rows = [{"check": "a", "seed": s, "value": "0.5", "seed_independent": ""} for s in (1, 2)]
+    >>> rows += [{"check": "b", "seed": s, "value": str(s), "seed_independent": ""} for s in (1, 2)]
+    >>> [(r["check"], r["value"], r["declared"]) for r in seed_independent(rows)]
+    [('a', '0.5', False)]
+    """
+    values: dict[str, dict] = {}
+    for row in rows:
+        if row["check"] == ERROR_CHECK:
+            continue
+        entry = values.setdefault(row["check"], {"values": set(), "seeds": set(), "reason": ""})
+        entry["values"].add(row["value"])
+        entry["seeds"].add(row["seed"])
+        entry["reason"] = entry["reason"] or row.get("seed_independent") or ""
+    out = []
+    for check, entry in values.items():
+        if len(entry["seeds"]) >= 2 and len(entry["values"]) == 1:
+            reason = entry["reason"] or "none declared: the seed does not reach this check"
+            out.append(
+                {
+                    "check": check,
+                    "value": next(iter(entry["values"])),
+                    "reason": reason,
+                    "declared": bool(entry["reason"]),
+                }
+            )
+    return out
+
+
 def chapter_outcomes(rows: list[dict]) -> dict[str, int]:
-    """Seeds on which the chapter was ok (no failed check, no error), and seeds in all."""
+    """Seeds on which the chapter was ok (no failed check, no error; a check whose control passed is a
+    failed check), and seeds in all."""
     seeds = sorted({row["seed"] for row in rows})
     bad = {row["seed"] for row in rows if row["status"] == FAILED}
     return {"seeds": len(seeds), "ok": len(seeds) - len(bad), "failed_seeds": sorted(bad)}
@@ -236,8 +313,6 @@ def run_robustness(
     # Chapters swept earlier keep their entries: `--chapters` refreshes some of them.
     record = read_record(table_dir)
     record.setdefault("chapters", {})
-    from .run import notebook_parameters
-
     for chapter in chapters:
         notebook = root / "notebooks" / f"{chapter}.ipynb"
         known = notebook_parameters(notebook) or {}

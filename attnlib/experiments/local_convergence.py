@@ -1,4 +1,4 @@
-"""Basins of the locally-optimal directions, cone initialisations, selection tables.
+"""Chapter 3, local convergence: basins of the locally-optimal directions, cone runs, local paths.
 
 Local convergence ([MMTS], [TFSVM]): GD started in a cone around a *locally optimal*
 ``θ_mm(α)`` converges in direction to it, so a dense grid of initialisations splits into basins,
@@ -21,6 +21,10 @@ GD's direction converges like ``1/log t``: within any affordable horizon it does
 ``readout_steps`` continues every trajectory with NGD (``readout_lr``) after the ``steps`` of
 ``method``; NGD follows the same gradient-flow paths at unit speed, so the read-out tells where
 the first ``steps`` of GD have sent each initialisation.
+
+The cone machinery of the local regularization path (:func:`admissible_cone_angle`,
+:func:`cone_min_norm`, :func:`cone_margin_bound`, :func:`local_path_case`) lives here too; the
+path solver itself is :func:`attnlib.paths.local_regularization_path`.
 """
 
 from __future__ import annotations
@@ -29,17 +33,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metrics import cosine
-from .model import TokenSelectionProblem
-from .optim import check_schedule, step_rule, train
-from .svm import SelectionReport, locally_optimal_selections
+from ..datasets import cone_starts
+from ..metrics import cosine, one_minus_cosine, orthogonal_offset, selection_mass
+from ..model import TokenSelectionProblem
+from ..optim import check_schedule, step_rule, train
+from ..paths import RegularizationPath, check_radii, direction_bound, local_regularization_path, selection_log_gap
+from ..svm import InfeasibleError, SelectionReport, locally_optimal_selections, max_margin
 
 __all__ = [
+    "admissible_cone_angle",
+    "cone_min_norm",
+    "cone_margin_bound",
+    "LocalPathCase",
+    "local_path_case",
+    "local_path_table",
+    "MOTION_TOL",
     "BasinMap",
-    "basin_map",
     "classify_motion",
-    "cone_starts",
-    "selection_table",
+    "basin_map",
     "key_plane_grid",
     "ngd_and_gd_basin_maps",
     "basin_table",
@@ -47,8 +58,317 @@ __all__ = [
     "cone_runs",
     "SelectionAlignment",
     "selection_alignment",
-    "ScoreBasinExplorer",
 ]
+
+
+def _cone_geometry(prob: TokenSelectionProblem, select, theta_mm):
+    """Per-token quantities of the cone bounds: ``d = A_iα − A_it`` norms, angles to the axis, lower/higher masks."""
+    sel = np.asarray(select, int)
+    n, T = prob.n, prob.T
+    A = np.asarray(prob.A, float).reshape(n, T, -1)
+    d = A[np.arange(n), sel][:, None, :] - A
+    dn = np.linalg.norm(d, axis=-1)
+    u = np.asarray(theta_mm, float).ravel()
+    u = u / np.linalg.norm(u)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        phi = np.arccos(np.clip((d @ u) / dn, -1.0, 1.0))
+    gamma = np.asarray(prob.gamma, float)
+    g_sel = gamma[np.arange(n), sel]
+    others = np.arange(T) != sel[:, None]
+    lower = others & (gamma < g_sel[:, None])
+    higher = others & (gamma > g_sel[:, None])
+    return sel, dn, phi, gamma, g_sel, others, lower, higher
+
+
+def admissible_cone_angle(prob: TokenSelectionProblem, select, theta_mm) -> float:
+    """Largest cone half-angle ``β`` around ``θ_mm(α)`` inside which the local path bound applies.
+
+    Two conditions on every direction ``v`` of the cone: ``α`` wins every sample (``⟨v, d_it⟩ > 0``,
+    ``d_it = A_iα − A_it``), and every token scoring *above* ``α_i`` keeps a normalised margin above
+    the SVM's, ``⟨v, d_it⟩ > 1/‖θ_mm(α)‖``: then, at a large norm, the excess ``L − L_α`` is dominated
+    by the lower-scoring SVM-neighbours and its minimiser is pulled to the axis. With ``φ_it`` the
+    angle of ``d_it`` to the axis, ``β = min(min_t (π/2 − φ_it), min_{higher} (arccos(1/(‖θ_mm‖‖d_it‖)) − φ_it))``.
+    Positive for every locally-optimal ``α`` (the higher tokens are not neighbours, so
+    ``⟨θ_mm, d_it⟩ > 1``); ``0.0`` when ``α`` is not locally optimal (a neighbour does not score lower).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> round(float(np.degrees(admissible_cone_angle(prob, [1], [1.0, 0.0, 0.0]))), 2)
+    5.45
+    """
+    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
+    nrm = float(np.linalg.norm(theta_mm))
+    A = np.asarray(prob.A, float).reshape(prob.n, prob.T, -1)
+    d = A[np.arange(prob.n), sel][:, None, :] - A
+    values = d @ np.asarray(theta_mm, float).ravel()
+    neighbours = others & (np.abs(values - 1.0) <= 1e-6 * np.maximum(1.0, np.abs(values)))
+    if not np.all(~neighbours | lower):
+        return 0.0
+    beta = np.min(np.pi / 2 - phi[others])
+    if higher.any():
+        beta = min(beta, np.min(np.arccos(np.clip(1.0 / (nrm * dn[higher]), -1.0, 1.0)) - phi[higher]))
+    return float(max(beta, 0.0))
+
+
+def cone_min_norm(prob: TokenSelectionProblem, select, theta_mm, mu: float) -> float:
+    """Inner radius ``R_0`` of the cone beyond which the excess ``L − L_α`` is positive (locally-optimal ``α``).
+
+    In the notation of :func:`cone_margin_bound`, ``E(θ) ≥ e^{−m}(w/T − Σ_higher a_it e^{−m(‖θ_mm‖ c_it − 1)})``
+    with ``m`` the smallest lower-token margin of ``θ``; in the cone ``m ≥ ‖θ‖ c_low``,
+    ``c_low = min_lower ‖d_it‖ cos(φ_it + β)``. ``m*`` is where the sum falls to half of ``w/T`` (it
+    decreases in ``m``, every ``‖θ_mm‖ c_it > 1`` in an admissible cone), and ``R_0 = m*/c_low``: on
+    ``‖θ‖ ≥ R_0`` the excess is at least half its leading term. ``inf`` when the cone is wider than
+    :func:`admissible_cone_angle` (or ``α`` is not locally optimal).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> bool(0 <= cone_min_norm(prob, [1], [1.0, 0.0, 0.0], 0.001) < 100)
+    True
+    """
+    theta_mm = np.asarray(theta_mm, float)
+    beta = np.arccos(1.0 - mu)
+    if beta > admissible_cone_angle(prob, select, theta_mm):
+        return float("inf")
+    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
+    if not higher.any():
+        return 0.0
+    n, T = prob.n, prob.T
+    nrm = float(np.linalg.norm(theta_mm))
+    c = dn * np.cos(np.minimum(phi + beta, np.pi))
+    slope = -prob.loss.derivative(g_sel)
+    w = np.min(np.where(lower, slope[:, None] * (g_sel[:, None] - gamma), np.inf)) / n
+    a = (slope[:, None] * (gamma - g_sel[:, None]) / n)[higher]
+    rate = c[higher] * nrm - 1.0
+
+    def ratio(m):
+        return float(np.sum(a * np.exp(-m * rate)) * T / w)
+
+    if ratio(0.0) <= 0.5:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while ratio(hi) > 0.5:
+        hi *= 2.0
+        if hi > 1e15:  # a rate at 0 (the cone at the admissible angle): no finite R_0
+            return float("inf")
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ratio(mid) > 0.5 else (lo, mid)
+    c_low = np.min(c[lower])
+    return float(hi / c_low)
+
+
+def cone_margin_bound(
+    prob: TokenSelectionProblem, select, theta_mm, radii, mu: float, min_norm: float, grid: int = 2001
+) -> np.ndarray:
+    """Lower bound on the margin ratio ``ρ_α(θ̄_α(R))`` of the local path (:func:`local_regularization_path`).
+
+    The cone analogue of :func:`ray_margin_bound`, for a locally-optimal ``α`` and a cone no wider
+    than :func:`admissible_cone_angle`. Let ``θ_R = R θ_mm(α)/‖θ_mm(α)‖`` (in the cone and the ball, so
+    ``E(θ̄) ≤ E(θ_R)`` with ``E = L − L_α``). Split the tokens into *lower* (``γ_it < γ_iα``) and *higher*
+    (``γ_it > γ_iα``). By convexity of ``ℓ``, ``E ≥ (1/n) Σ_i |ℓ'(γ_iα)| δ_i``. Let ``m`` be the smallest
+    margin of ``θ̄`` over lower tokens; all margins are ``≥ 0`` in the cone, so that token has
+    ``σ ≥ e^{−m}/T``. The SVM of the lower tokens alone is ``θ_mm(α)`` (its active constraints are all
+    lower), so ``m ≤ ‖θ̄‖/‖θ_mm‖``; a higher token has ``σ ≤ e^{−‖θ̄‖ c_it} ≤ e^{−m ‖θ_mm‖ c_it}`` with
+    ``c_it = min_{v ∈ cone} ⟨v, d_it⟩ = ‖d_it‖ cos(φ_it + β)``. Hence ``F(m) ≤ E(θ_R)`` with
+
+    .. math::
+
+        F(m) = \\frac{w}{T} e^{-m} - \\sum_{\\text{higher}} a_{it}\\, e^{-m ‖θ_{mm}‖ c_{it}},\\quad
+        w = \\min_{\\text{lower}} \\tfrac{|ℓ'(γ_{iα})| (γ_{iα} - γ_{it})}{n},\\;
+        a_{it} = \\tfrac{|ℓ'(γ_{iα})| (γ_{it} - γ_{iα})}{n},
+
+    With the inner radius ``R_0`` of the path (``min_norm``, at least :func:`cone_min_norm`), every
+    feasible point has ``m ≥ m_0 = R_0 c_low`` and ``F > 0`` there, so
+    ``m ≥ m_lo(R) = inf{m ≥ m_0 : F(m) ≤ E(θ_R)}`` (bracketed on a grid, then bisected; ``F`` is
+    unimodal). The margin ratio over all tokens is ``ρ ≥ min(m_lo ‖θ_mm‖/R, ‖θ_mm‖ min_higher c_it)`` (``‖θ̄‖ ≤ R``), and
+    :func:`direction_bound` gives ``1 − cos(θ̄_α(R), θ_mm(α)) ≤ 1/ρ² − 1``.
+
+    Returns ``ρ_lo`` (N,): ``-inf`` where the bound does not apply (``α`` not locally optimal, the cone
+    wider than :func:`admissible_cone_angle`, ``min_norm`` below :func:`cone_min_norm`, or ``E(θ_R) ≤ 0``).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> r0 = cone_min_norm(prob, [1], [1.0, 0.0, 0.0], 0.001)
+    >>> lo = cone_margin_bound(prob, [1], [1.0, 0.0, 0.0], [100.0, 1000.0], mu=0.001, min_norm=r0)
+    >>> bool(0.9 < lo[0] < lo[1] < 1)
+    True
+    """
+    r = check_radii(radii)
+    theta_mm = np.asarray(theta_mm, float)
+    nrm = float(np.linalg.norm(theta_mm))
+    out = np.full(len(r), -np.inf)
+    beta = np.arccos(1.0 - mu)
+    if beta > admissible_cone_angle(prob, select, theta_mm) or min_norm < cone_min_norm(prob, select, theta_mm, mu):
+        return out
+    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
+    n, T = prob.n, prob.T
+    c = dn * np.cos(np.minimum(phi + beta, np.pi))
+    slope = -prob.loss.derivative(g_sel)
+    w = np.min(np.where(lower, slope[:, None] * (g_sel[:, None] - gamma), np.inf)) / n
+    a = (slope[:, None] * (gamma - g_sel[:, None]) / n)[higher]
+    rate = c[higher] * nrm
+    c_hi = np.min(c[higher]) if higher.any() else np.inf
+    ray = r[:, None] * (theta_mm.ravel() / nrm)
+    lg_R, s_R = selection_log_gap(prob, sel, ray.reshape((len(r),) + prob.shape))
+    for j, R in enumerate(r):
+        if s_R[j] <= 0:
+            continue
+        m0 = min_norm * np.min(c[lower])
+
+        def log_f(m):
+            m = np.atleast_1d(np.asarray(m, float))
+            neg = np.zeros_like(m)
+            if a.size:
+                neg = np.exp(np.log(a)[None, :] - m[:, None] * (rate[None, :] - 1.0) + np.log(T / w)).sum(axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(neg < 1, np.log(w / T) - m + np.log1p(-np.minimum(neg, 1.0)), -np.inf)
+
+        # F is unimodal (F' is an exponential sum with one sign change) and positive from m0 on:
+        # F > E_R on [m0, m_lo); bracket the crossing on a grid, then bisect
+        m = np.linspace(m0, max(R / nrm, m0), grid)
+        below = np.flatnonzero(log_f(m) <= lg_R[j])
+        if below.size == 0:
+            continue
+        if below[0] == 0:
+            m_lo = m0
+        else:
+            lo, hi = m[below[0] - 1], m[below[0]]
+            for _ in range(80):
+                mid = 0.5 * (lo + hi)
+                lo, hi = (mid, hi) if log_f(mid)[0] > lg_R[j] else (lo, mid)
+            m_lo = lo
+        out[j] = min(m_lo * nrm / R, nrm * c_hi)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class LocalPathCase:
+    """One selection's local regularization path and what the page predicts for it.
+
+    Attributes:
+        select: (n,) the selection ``α``.  theta_mm: ``θ_mm(α)``.
+        locally_optimal: from the SVM-neighbours (strict).  all_higher: every SVM-neighbour scores
+            strictly above ``α_i`` (the class the page predicts to leave its cone).
+        mu, min_norm: the cone's width and inner radius ``R_0``.  radii: (N,).
+        path: the :class:`RegularizationPath` over ball ∩ cone.
+        omc: (N,) ``1 − cos(θ̄_α(R), θ_mm(α))`` (NaN at the apex).
+        bound: (N,) :func:`direction_bound` of :func:`cone_margin_bound` (``inf`` where it does not apply).
+        resolved: the bound at the largest radius is below ``bound_target·μ`` (decided from the SVM ray
+            before the path is solved; if not, the cone constraint alone implies ``omc ≤ μ`` and a
+            direction check could not fail).
+        leave: ``max(omc/μ, 1 − ‖θ̄‖/R)`` at the largest radius: 1 on the cone's boundary or pinned at
+            ``R_0 ≪ R``, near 0 for a path that converges inside its cone.
+    """
+
+    select: tuple
+    theta_mm: np.ndarray
+    locally_optimal: bool
+    all_higher: bool
+    mu: float
+    min_norm: float
+    radii: np.ndarray
+    path: RegularizationPath
+    omc: np.ndarray
+    bound: np.ndarray
+    resolved: bool
+    leave: float
+
+
+def local_path_case(
+    prob: TokenSelectionProblem,
+    solution,
+    cone_fraction: float = 0.5,
+    trap_mu: float = 1e-3,
+    trap_min_norm: float = 1.0,
+    bound_target: float = 0.25,
+    max_radius: float = 1e9,
+    per_decade: int = 3,
+    n_starts: int = 2,
+    seed=0,
+) -> LocalPathCase:
+    """Solve the local regularization path of one feasible selection, with the page's cone and radii.
+
+    For a locally-optimal ``α``: half-angle ``cone_fraction·β_adm`` (:func:`admissible_cone_angle`),
+    inner radius :func:`cone_min_norm`, and radii ``R_0 + 10^{k/per_decade}`` up to the first power of
+    ten where the bound :func:`cone_margin_bound` is at most ``bound_target·μ`` (at most
+    ``max_radius``). Otherwise ``R_0 = trap_min_norm``, radii up to 1e5 and
+    ``μ = min(trap_mu, 1 − cos(cone_fraction·β_win))``, with ``β_win = min_t (π/2 − φ_it)`` the largest
+    half-angle of a cone in which ``α`` wins every sample.
+
+    Args:
+        solution: the :class:`attnlib.svm.MaxMarginSolution` of ``α`` (feasible).
+    """
+    sel = np.asarray(solution.select)
+    theta_mm = np.asarray(solution.theta, float)
+    g_sel = prob.gamma[np.arange(prob.n), sel][:, None]
+    lo_ok = bool(np.all(~solution.neighbors | (g_sel > prob.gamma)))
+    all_higher = bool(np.all(~solution.neighbors | (prob.gamma > g_sel)))
+    beta = admissible_cone_angle(prob, sel, theta_mm) if lo_ok else 0.0
+    resolved = False
+    if beta > 0:
+        mu = float(1.0 - np.cos(cone_fraction * beta))
+        r0 = cone_min_norm(prob, sel, theta_mm, mu)
+
+        def bound_at(top):
+            return direction_bound(cone_margin_bound(prob, sel, theta_mm, [r0 + 10.0**top], mu, r0))[0]
+
+        top = 2.0
+        while top < np.log10(max_radius) and bound_at(top) > bound_target * mu:
+            top += 1.0
+        top = min(top, np.log10(max_radius))
+        resolved = bool(bound_at(top) <= bound_target * mu)
+    else:  # a cone inside the region where α wins every sample (a tie plane inside it could hold the minimiser)
+        _, _, phi, _, _, others, _, _ = _cone_geometry(prob, sel, theta_mm)
+        region = float(np.min(np.pi / 2 - phi[others]))
+        mu, r0, top = float(min(trap_mu, 1.0 - np.cos(cone_fraction * region))), float(trap_min_norm), 5.0
+    radii = r0 + np.logspace(0.0, top, int(round(top * per_decade)) + 1)
+    path = local_regularization_path(
+        prob, sel, radii, mu, min_norm=r0, direction=theta_mm, n_starts=n_starts, seed=seed
+    )
+    flat = path.theta.reshape(len(radii), -1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        omc = 1.0 - (flat / np.linalg.norm(flat, axis=1, keepdims=True)) @ (theta_mm.ravel() / np.linalg.norm(theta_mm))
+    bound = np.full(len(radii), np.inf)
+    if beta > 0:
+        bound = direction_bound(cone_margin_bound(prob, sel, theta_mm, radii, mu, r0))
+    leave = float(max(np.nan_to_num(omc[-1] / mu, nan=1.0), 1.0 - path.norm[-1] / radii[-1]))
+    return LocalPathCase(
+        select=tuple(int(a) for a in sel),
+        theta_mm=theta_mm,
+        locally_optimal=lo_ok,
+        all_higher=all_higher,
+        mu=mu,
+        min_norm=r0,
+        radii=radii,
+        path=path,
+        omc=omc,
+        bound=bound,
+        resolved=resolved,
+        leave=leave,
+    )
+
+
+def local_path_table(cases) -> str:
+    """Markdown table of local regularization paths ``[(instance name, LocalPathCase)]``.
+
+    One row per case: the selection (tokens numbered from 1), locally optimal or not, where its
+    SVM-neighbours score ("all below", "all above", "mixed"), ``μ``, ``R_0``, the largest radius,
+    ``1 − cos`` there, the bound there, and "leave" (:class:`LocalPathCase`).
+    """
+    lines = [
+        "| instance | α (tokens, from 1) | locally optimal | neighbours | μ | R₀ | largest R "
+        "| 1 − cos at largest R | bound | leave |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, c in cases:
+        kind = "all below" if c.locally_optimal else ("all above" if c.all_higher else "mixed")
+        lines.append(
+            f"| {name} | {tuple(a + 1 for a in c.select)} | {'yes' if c.locally_optimal else 'no'} | {kind} "
+            f"| {c.mu:.2g} | {c.min_norm:.3g} | {c.radii[-1]:.3g} | {c.omc[-1]:.2e} | {c.bound[-1]:.2e} "
+            f"| {c.leave:.3f} |"
+        )
+    return "\n".join(lines)
+
 
 #: Default attribution tolerance on ``1 − cos(Δθ, θ_mm(α))`` (see the module docstring).
 MOTION_TOL = 1e-3
@@ -164,7 +484,7 @@ def basin_map(
 
     >>> import numpy as np, attnlib as al
     >>> prob = al.datasets.single_input(local=True)
-    >>> m = al.basin_map(prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5)
+    >>> m = basin_map(prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5)
     >>> m.kind().tolist()
     [0, 0, 0, 0, 1, 1]
     """
@@ -207,107 +527,15 @@ def basin_map(
     )
 
 
-def cone_starts(direction, count: int, *, mu: float, radius: float, rng=None, span=None, edge: bool = False):
-    """Initialisations in the cone of the local theorem around ``θ_mm(α)`` ([MMTS], [TFSVM]).
-
-    Every start ``θ`` has ``1 − cos(θ, d) ≤ mu`` and norm ``radius · ‖d‖``: for ``d = θ_mm(α)``
-    every SVM-neighbour's logit gap on the cone's axis, ``⟨radius · d, A_iα_i − A_it⟩``, equals
-    ``radius``, so ``radius`` is the norm in units of ``‖θ_mm(α)‖`` (the theorem's ``R`` is
-    ``radius · ‖θ_mm(α)‖``). A start is ``cos φ · radius · d + sin φ · radius · ‖d‖ · u`` with a
-    unit tilt ``u ⟂ d`` drawn uniformly in the subspace ``span`` and the angle ``φ`` uniform in
-    ``[0, φ_μ]``, ``cos φ_μ = 1 − mu`` (``edge=False``), or ``φ = φ_μ`` (``edge=True``: the
-    tilts then come in antipodal pairs, so a 2-D cone gets both of its edges).
-
-    Args:
-        direction: (*shape) ``θ_mm(α)`` (any non-zero parameter).
-        count: number of starts.  mu: cone width in ``(0, 1)``.  radius: > 0.
-        rng: a ``numpy.random.Generator`` or a seed.
-        span: (k, size) rows spanning the subspace to tilt in (default: the whole space), e.g.
-            the plane of the keys when other coordinates never change a logit.
-        edge: put every start on the cone's edge.
-
-    Returns (count, *shape).
-
-    >>> import numpy as np, attnlib as al
-    >>> s = al.cone_starts([1.0, 0.0, 0.0], 4, mu=1e-3, radius=20, rng=0, span=np.eye(3)[:2], edge=True)
-    >>> np.round(al.one_minus_cosine(s, [1.0, 0.0, 0.0]), 12).tolist(), np.round(s[:2, 1], 3).tolist()
-    ([0.001, 0.001, 0.001, 0.001], [-0.894, 0.894])
-    """
-    d = np.asarray(direction, float)
-    d_norm = np.linalg.norm(d)
-    if not (np.isfinite(d_norm) and d_norm > 0):
-        raise ValueError("direction must be finite and non-zero")
-    if not isinstance(count, (int, np.integer)) or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
-    if not 0 < mu < 1:
-        raise ValueError(f"mu must be in (0, 1), got {mu!r}")
-    if not radius > 0:
-        raise ValueError(f"radius must be > 0, got {radius!r}")
-    unit = d.ravel() / d_norm
-    basis = np.eye(unit.size) if span is None else np.asarray(span, float).reshape(-1, unit.size)
-    q, _ = np.linalg.qr(basis.T)  # (size, k) orthonormal basis of the span
-    rng = np.random.default_rng(rng)
-    tilt = rng.standard_normal((count, q.shape[1])) @ q.T
-    tilt -= (tilt @ unit)[:, None] * unit
-    if edge:
-        tilt[1::2] = -tilt[0 : count - 1 : 2]
-    norms = np.linalg.norm(tilt, axis=-1, keepdims=True)
-    if np.any(norms <= 1e-12):
-        raise ValueError("span must contain a direction orthogonal to `direction`")
-    tilt /= norms
-    phi_mu = np.arccos(1.0 - mu)
-    phi = np.full(count, phi_mu) if edge else rng.uniform(0.0, phi_mu, count)
-    starts = radius * d_norm * (np.cos(phi)[:, None] * unit + np.sin(phi)[:, None] * tilt)
-    return starts.reshape((count,) + d.shape)
-
-
-def selection_table(prob: TokenSelectionProblem, reports, dims: int = 2) -> str:
-    """Markdown table of every selection of a one-input problem: its key, score, SVM and neighbours.
-
-    One row per :class:`~attnlib.svm.SelectionReport` (e.g. from
-    :func:`~attnlib.svm.enumerate_selections`): token (numbered from 1, as in [MMTS]), its feature
-    ``A_1t`` (first ``dims`` coordinates: the key plane of the paper's figures), its score
-    ``γ_1t``, the SVM ``θ_mm(α)`` (or "infeasible"), its SVM-neighbours with their scores, and
-    whether the selection is locally optimal.
-
-    >>> import attnlib as al
-    >>> prob = al.datasets.single_input(local=True)
-    >>> print(al.selection_table(prob, al.enumerate_selections(prob)).splitlines()[3])
-    | 2 | (1, 0) | 0.9 | (1.000, 0.000) | 3 (0) | **yes** |
-    """
-    if prob.n != 1:
-        raise ValueError(f"selection_table lists the selections of one input, got n = {prob.n}")
-    A = np.asarray(prob.A).reshape(prob.n, prob.T, -1)
-    rows = [
-        "| α (token) | key | score | $\\pmm(\\alpha)$ | SVM-neighbours (score) | locally optimal |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in reports:
-        t = int(r.select[0])
-        key = "(" + ", ".join(f"{x:g}" for x in A[0, t, :dims]) + ")"
-        score = f"{prob.gamma[0, t]:g}"
-        if not r.feasible:
-            rows.append(f"| {t + 1} | {key} | {score} | infeasible | – | no |")
-            continue
-        theta = np.asarray(r.solution.theta).ravel()[:dims]
-        nbs = ", ".join(f"{j + 1} ({prob.gamma[0, j]:g})" for j in np.flatnonzero(r.solution.neighbors[0]))
-        svm = "(" + ", ".join(f"{x:.3f}" for x in theta) + ")"
-        rows.append(f"| {t + 1} | {key} | {score} | {svm} | {nbs} | {'**yes**' if r.locally_optimal else 'no'} |")
-    return "\n".join(rows)
-
-
-# --- Local convergence in practice: grids, batched maps, cone runs, the W version -------------------
-
-
 def key_plane_grid(lo: float, hi: float, size: int, dim: int = 3) -> np.ndarray:
     """A ``size × size`` grid of initialisations in the key plane (the first two coordinates).
 
     Returns (size², dim), zero beyond the first two coordinates, ordered so that
     ``labels.reshape(size, size)[j, i]`` belongs to the start ``(x_i, y_j)`` (the layout that
-    :func:`attnlib.plots.basin_image` draws), ``x = y = linspace(lo, hi, size)``.
+    :func:`attnlib.figures.local_convergence.basin_image` draws), ``x = y = linspace(lo, hi, size)``.
 
     >>> import attnlib as al
-    >>> al.key_plane_grid(0.0, 1.0, 2).tolist()
+    >>> key_plane_grid(0.0, 1.0, 2).tolist()
     [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]
     """
     if not (isinstance(size, (int, np.integer)) and size >= 2):
@@ -344,7 +572,7 @@ def ngd_and_gd_basin_maps(
 
     >>> import attnlib as al
     >>> prob = al.datasets.single_input(local=True)
-    >>> maps = al.ngd_and_gd_basin_maps(prob, al.datasets.SINGLE_INPUT_INITS, al.locally_optimal_selections(prob),
+    >>> maps = ngd_and_gd_basin_maps(prob, al.datasets.SINGLE_INPUT_INITS, al.svm.locally_optimal_selections(prob),
     ...                                 1e-3, 400, 0.5, 60, 1.0)
     >>> maps["ngd"].kind().tolist(), maps["gd"].kind().tolist()
     ([0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1])
@@ -398,8 +626,8 @@ def basin_table(maps: dict) -> str:
 
     >>> import attnlib as al
     >>> prob = al.datasets.single_input(local=True)
-    >>> m = al.basin_map(prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5)
-    >>> al.basin_table({"ngd": m}).splitlines()[2]
+    >>> m = basin_map(prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5)
+    >>> basin_table({"ngd": m}).splitlines()[2]
     '| NGD | 0.6667 | 0.3333 | 0 | 0 |'
     """
     lines = [
@@ -467,12 +695,11 @@ def cone_runs(
     >>> import numpy as np, attnlib as al
     >>> prob = al.datasets.single_input(local=True)
     >>> r = {x.select[0] + 1: x.solution.theta for x in al.enumerate_selections(prob) if x.locally_optimal}
-    >>> runs = al.cone_runs(prob, r, 3, mu=1e-3, radius=20, steps=100, ngd_lr=0.1, gd_lr=1.0, rng=0,
+    >>> runs = cone_runs(prob, r, 3, mu=1e-3, radius=20, steps=100, ngd_lr=0.1, gd_lr=1.0, rng=0,
     ...                     span=np.eye(3)[:2])
     >>> runs.omc.shape, bool(runs.omc.max() <= 1e-3 + 1e-12)
     ((41, 6), True)
     """
-    from .metrics import one_minus_cosine, orthogonal_offset
 
     if count < 3:
         raise ValueError(f"count must be at least 3 (two edge starts and one inside), got {count}")
@@ -549,11 +776,9 @@ def selection_alignment(problems, traj) -> SelectionAlignment:
     >>> import numpy as np, attnlib as al
     >>> probs = [al.datasets.random_tokens(3, 4, 5, seed=s, queries="cross") for s in range(2)]
     >>> traj = al.train(al.stack_problems(probs), np.zeros((5, 5)), 300, "ngd", 0.1, record_every=100)
-    >>> al.selection_alignment(probs, traj).corr["alpha_hat"].shape
+    >>> selection_alignment(probs, traj).corr["alpha_hat"].shape
     (4, 2)
     """
-    from .metrics import orthogonal_offset, selection_mass
-    from .svm import InfeasibleError, max_margin
 
     R, S = traj.theta.shape[:2]
     if len(problems) != S:
@@ -578,95 +803,3 @@ def selection_alignment(problems, traj) -> SelectionAlignment:
             svm_norm[j] = np.linalg.norm(svm[tuple(a)])
             offset[j] = orthogonal_offset(traj.final[j], svm[tuple(a)]) / svm_norm[j]
     return SelectionAlignment(alpha_hat, is_opt, corr, mass, svm_norm, offset)
-
-
-class ScoreBasinExplorer:
-    """The explorer of [MMTS] Fig. 1's basins as the third token's score varies, with one NGD path.
-
-    ``draw(score, start, lr, steps)`` returns a figure (for :func:`attnlib.book.widgets.explorer`):
-    the basin map of ``datasets.single_input(third_score=score)`` over a ``size × size`` key-plane
-    grid (:func:`basin_map`, NGD, ``map_steps`` at ``map_lr``, tolerance ``tol``), and the NGD path
-    from ``start`` (``steps`` at ``lr``). Maps and paths are cached; :meth:`precompute` computes the
-    maps of several scores and their paths from one start in few batches (the static book's slider).
-
-    Args:
-        lo, hi, size: the grid (:func:`key_plane_grid`).  map_steps, map_lr, tol: the maps' optimizer.
-        shared: ``{score: BasinMap}`` already computed (NGD, the same ``map_steps``, ``map_lr``,
-            ``tol``) on a finer grid of the same ``lo, hi``. When its size ``G`` has
-            ``(G − 1) % (size − 1) == 0`` the sub-grid is used (labels before any extension: what
-            :func:`basin_map` gives without one) instead of computing again; otherwise it is ignored.
-
-    >>> import attnlib as al
-    >>> ex = al.ScoreBasinExplorer(-4.0, 8.0, 5, map_steps=40, map_lr=0.5)
-    >>> ex.precompute([0.9, 0.0], (6.0, -3.0), 0.1, 50)
-    >>> sorted(ex.maps), ex.paths[(0.0, (6.0, -3.0), 0.1, 50)].shape
-    ([0.0, 0.9], (51, 2))
-    """
-
-    def __init__(self, lo, hi, size, map_steps, map_lr, tol=MOTION_TOL, shared=None):
-        self.lo, self.hi, self.size = float(lo), float(hi), int(size)
-        self.map_steps, self.map_lr, self.tol = int(map_steps), float(map_lr), float(tol)
-        self.grid = key_plane_grid(lo, hi, size)
-        self.maps = {}  # score -> (size, size) kind
-        self.fractions = {}  # score -> fraction of starts in the local basin(s)
-        self.paths = {}  # (score, start, lr, steps) -> (steps + 1, 2)
-        self._fig = None
-        for score, m in (shared or {}).items():
-            G = int(round(np.sqrt(m.labels.size)))
-            if G * G != m.labels.size or (G - 1) % (self.size - 1):
-                continue  # no sub-grid of this size: computed when needed
-            k = (G - 1) // (self.size - 1)
-            kind = np.where(m.extended, -1, m.kind()).reshape(G, G)[::k, ::k]  # before the extension
-            self.maps[float(score)] = kind
-            self.fractions[float(score)] = float(np.mean(kind == 1))
-
-    @staticmethod
-    def problem(score):
-        from .datasets import single_input
-
-        return single_input(third_score=float(score))
-
-    def _map(self, score):
-        s = float(score)
-        if s not in self.maps:
-            m = basin_map(self.problem(s), self.grid, self.map_steps, "ngd", self.map_lr, tol=self.tol)
-            self.maps[s] = m.kind().reshape(self.size, self.size)
-            self.fractions[s] = m.fractions()["local"]
-        return self.maps[s]
-
-    def precompute(self, scores, start, lr, steps):
-        """Compute the maps of ``scores`` and their paths from ``start``: all paths as one stacked batch."""
-        from .model import stack_problems
-
-        scores, start = [float(s) for s in scores], tuple(float(x) for x in start)
-        for s in scores:
-            self._map(s)
-        todo = [s for s in scores if (s, start, float(lr), int(steps)) not in self.paths]
-        if todo:
-            theta0 = np.array([start[0], start[1], 0.0])
-            traj = train(stack_problems([self.problem(s) for s in todo]), theta0, int(steps), "ngd", lr)
-            for j, s in enumerate(todo):
-                self.paths[(s, start, float(lr), int(steps))] = traj.theta[:, j, :2]
-
-    def draw(self, score, start=(6.0, -3.0), lr=0.1, steps=1000):
-        """One explorer picture (the figure is reused from call to call)."""
-        import matplotlib.pyplot as plt
-
-        from .plots import basin_explorer_frame
-
-        s, start = float(score), tuple(float(x) for x in start)
-        kind = self._map(s)
-        key = (s, start, float(lr), int(steps))
-        if key not in self.paths:
-            self.precompute([s], start, lr, steps)
-        if self._fig is None:
-            self._fig = plt.figure(figsize=(4.6, 4.2))
-            self._fig.add_subplot()
-        ax = self._fig.axes[0]
-        for artist in [*ax.images, *ax.collections, *ax.lines, *ax.texts]:
-            artist.remove()  # keep the axes and their ticks: clearing them costs more than the picture
-        if ax.get_legend() is not None:
-            ax.get_legend().remove()
-        title = f"score of (0,0): {s:.2f}  local {self.fractions[s]:.2f}"
-        basin_explorer_frame(ax, kind, (self.lo, self.hi), self.problem(s), self.paths[key], title)
-        return self._fig
