@@ -487,7 +487,7 @@ class TokenSelectionProblem(_LinearLogits):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)  # an int product without a numpy reduction (read at every step)
 
     @cached_property
     def opt(self) -> np.ndarray:
