@@ -1,0 +1,92 @@
+"""The whole book executed serially, page by page, with the load around it.
+
+    python benchmarks/book_serial.py [--out benchmarks/results/book_serial.json]
+
+Runs ``python -m attnlib book --jobs 1 --execute-only`` after removing the staged executions
+(``_build/stage``: a build artefact), so that every page of ``_toc.yml`` runs, one after another,
+each in its own kernel; then reads every page's run summary (``duration_s``: papermill's
+execution, kernel start included) and writes them with the date, the machine, the load average
+before and after, and the wall time of the whole command. Nothing is asserted.
+
+It also projects a robustness sweep (``make robustness``: one run of every theorem chapter per
+seed, ``--jobs`` at once): seeds × the theorem chapters' page times / jobs, a projection from
+one seed's times, not a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from machine_info import load, machine, utc_now
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = ROOT / "_build" / "stage"
+
+
+def theorem_chapters() -> tuple[str, ...]:
+    """The chapters ``make robustness`` sweeps (``attnlib.book.robustness.THEOREM_CHAPTERS``)."""
+    code = "from attnlib.book.robustness import THEOREM_CHAPTERS as c; print(','.join(c))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return tuple(out.stdout.strip().split(","))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/book_serial.json")
+    parser.add_argument("--seeds", type=int, default=100, help="seeds of the projected robustness sweep")
+    parser.add_argument("--jobs", type=int, default=2, help="points at once in the projected sweep")
+    args = parser.parse_args(argv)
+    shutil.rmtree(STAGE, ignore_errors=True)
+    before, started = load(), utc_now()
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "attnlib", "book", "--jobs", "1", "--execute-only"], cwd=ROOT)
+    wall = time.perf_counter() - t0
+    after = load()
+    pages = []
+    for path in sorted((STAGE / "notebooks").glob("*.json")):
+        summary = json.loads(path.read_text())
+        if "duration_s" in summary:
+            name = Path(summary.get("notebook", path.stem)).stem
+            pages.append(dict(page=name, seconds=summary["duration_s"], status=summary.get("status")))
+    chapters = theorem_chapters()
+    point_s = {p["page"]: p["seconds"] for p in pages if p["page"] in chapters}
+    result = dict(
+        started_utc=started,
+        finished_utc=utc_now(),
+        machine=machine(),
+        load_before=before,
+        load_after=after,
+        command="python -m attnlib book --jobs 1 --execute-only (fresh stage)",
+        exit_code=proc.returncode,
+        wall_seconds=wall,
+        pages=pages,
+        pages_total_seconds=sum(p["seconds"] for p in pages),
+        robustness_projection=dict(
+            seeds=args.seeds,
+            jobs=args.jobs,
+            chapters=point_s,
+            one_seed_seconds=sum(point_s.values()),
+            projected_minutes=sum(point_s.values()) * args.seeds / args.jobs / 60,
+            missing=[c for c in chapters if c not in point_s],
+        ),
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    for p in pages:
+        print(f"{p['page']:40s} {p['seconds']:7.1f} s  {p['status']}")
+    print(
+        f"total {result['pages_total_seconds']:.0f} s of pages, {wall:.0f} s wall; load {before['load_average']} -> "
+        f"{after['load_average']}; robustness {args.seeds} seeds / {args.jobs} jobs ≈ "
+        f"{result['robustness_projection']['projected_minutes']:.0f} min -> {args.out}"
+    )
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
