@@ -17,7 +17,8 @@ Each round runs the official script, then attnlib in one process, then in two, o
 another (never two at once); the whole-process wall time of every run is taken by this
 driver, with the load averages before and after. Ratios are computed only within a round (an
 official run and the attnlib runs right after it), never against a time from another run. The
-JSON is written once, at the end, and only when every run succeeded.
+JSON is written after every round (``complete`` is true after the last), and a failed run
+stops the driver without writing its round.
 """
 
 from __future__ import annotations
@@ -181,6 +182,20 @@ def main(argv=None) -> int:
         git = subprocess.run(["git", "-C", str(args.official_dir), "rev-parse", "HEAD"], capture_output=True, text=True)
         commit = git.stdout.strip() if git.returncode == 0 else "unknown"
     started = utc_now()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    sha = {name: _sha256(args.official_dir / name) for name in (NOTEBOOK, "base.py")}
+    official_versions = _versions(
+        args.official_python,
+        "import platform, torch, numpy, cvxpy; print(f'Python {platform.python_version()}, torch "
+        "{torch.__version__} ({torch.get_num_threads()} threads), numpy {numpy.__version__}, cvxpy "
+        "{cvxpy.__version__}')",
+        official_env,
+    )
+    attnlib_versions = _versions(
+        args.python,
+        "import platform, numpy; print(f'Python {platform.python_version()}, numpy {numpy.__version__}')",
+        attnlib_env,
+    )
     rounds = []
     for _ in range(args.rounds):
         records = [timed_process("official", [args.official_python, str(script)], official_env, scratch)]
@@ -188,41 +203,31 @@ def main(argv=None) -> int:
             argv_ = [args.python, "-c", ATTNLIB_SCRIPT, str(args.runs), str(args.steps), str(processes)]
             records.append(timed_process(f"attnlib_{processes}", argv_, attnlib_env, ROOT))
         rounds.append(records)
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result = dict(
-        measured_together=True,
-        started_utc=started,
-        finished_utc=utc_now(),
-        machine=machine(),
-        setting=dict(runs=args.runs, steps=args.steps, n=6, T=8, d=10, lr=0.1, kq_normalize="separate"),
-        official=dict(
-            repository="github.com/umich-sota/TF-as-SVM",
-            commit=commit,
-            notebook=NOTEBOOK,
-            sha256={name: _sha256(args.official_dir / name) for name in (NOTEBOOK, "base.py")},
-            versions=_versions(
-                args.official_python,
-                "import platform, torch, numpy, cvxpy; print(f'Python {platform.python_version()}, torch "
-                "{torch.__version__} ({torch.get_num_threads()} threads), numpy {numpy.__version__}, cvxpy "
-                "{cvxpy.__version__}')",
-                official_env,
+        # Written after every round (atomically), marked complete only after the last: a run cut
+        # short leaves its finished rounds, said to be fewer than asked for.
+        result = dict(
+            measured_together=True,
+            complete=len(rounds) == args.rounds,
+            rounds_asked=args.rounds,
+            started_utc=started,
+            finished_utc=utc_now(),
+            machine=machine(),
+            setting=dict(runs=args.runs, steps=args.steps, n=6, T=8, d=10, lr=0.1, kq_normalize="separate"),
+            official=dict(
+                repository="github.com/umich-sota/TF-as-SVM",
+                commit=commit,
+                notebook=NOTEBOOK,
+                sha256=sha,
+                versions=official_versions,
             ),
-        ),
-        attnlib=dict(
-            commit=head,
-            versions=_versions(
-                args.python,
-                "import platform, numpy; print(f'Python {platform.python_version()}, numpy {numpy.__version__}')",
-                attnlib_env,
-            ),
-        ),
-        rounds=rounds,
-        summary=summarize(rounds),
-    )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(args.out)
+            attnlib=dict(commit=head, versions=attnlib_versions),
+            rounds=rounds,
+            summary=summarize(rounds),
+        )
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        tmp.replace(args.out)
     s = result["summary"]
     print(
         f"official {s['seconds']['official']['median']:.1f} s, attnlib {s['seconds']['attnlib_1']['median']:.2f} s "

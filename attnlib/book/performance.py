@@ -322,7 +322,12 @@ def side_by_side_table(sbs) -> str:
         f"{m['cpu']}, {m['cpus']} CPUs. Official: {sbs['official']['repository']} at "
         f"`{sbs['official']['commit'][:8]}`, {sbs['official']['versions']}; attnlib at "
         f"`{sbs['attnlib']['commit'][:8]}`, {sbs['attnlib']['versions']}. RUN = {st['runs']} data sets, "
-        f"ITN = {st['steps']} steps; every time is a whole process (start, imports, the experiment).",
+        f"ITN = {st['steps']} steps; every time is a whole process (start, imports, the experiment)."
+        + (
+            ""
+            if sbs.get("complete", True)
+            else f" **Cut short: {len(rounds)} of the {sbs.get('rounds_asked', '?')} rounds asked for.**"
+        ),
         "",
         "| round (start, UTC) | official (s) | attnlib, 1 process (s) | attnlib, 2 processes (s) | "
         "official / attnlib (1) | official / attnlib (2) | load average before each |",
