@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -44,9 +45,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     shutil.rmtree(STAGE, ignore_errors=True)
     before, started = load(), utc_now()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "attnlib", "book", "--jobs", "1", "--execute-only"], cwd=ROOT)
-    wall = time.perf_counter() - t0
+    wall, cpu1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)  # the build and its kernels
     after = load()
     pages = []
     for path in sorted((STAGE / "notebooks").glob("*.json")):
@@ -65,6 +67,7 @@ def main(argv=None) -> int:
         command="python -m attnlib book --jobs 1 --execute-only (fresh stage)",
         exit_code=proc.returncode,
         wall_seconds=wall,
+        cpu_seconds=cpu,
         pages=pages,
         pages_total_seconds=sum(p["seconds"] for p in pages),
         robustness_projection=dict(
