@@ -262,8 +262,8 @@ def local_converge_figure(core):
     if ref:
         note += (
             f" For context only, not compared: the official notebook took {ref['seconds']:.0f} s on "
-            f"{ref['measured_utc']} ({ref['machine']}), another day; the same machine's speed drifts by tens of "
-            "percent between days."
+            f"{ref['measured_utc']} ({ref['machine']}): another day, another run, not comparable (on one "
+            "machine type the official time drifted by a factor 1.7 between two days)."
         )
     return fig, note
 
