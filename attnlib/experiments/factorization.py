@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..datasets import rank_instance
-from ..metrics import numerical_rank
+from ..metrics import numerical_rank, rotate_toward
 from ..model import ProblemStack, self_attention
 from ..optim import check_schedule, kq_init, record_schedule, train, train_kq
 from ..svm import svm_constraints, svm_pair_batch
@@ -28,7 +28,56 @@ __all__ = [
     "train_kq_grid",
     "LocalConvergence",
     "local_convergence",
+    "angles_degrees",
+    "rotate_each",
+    "per_seed_resolution",
 ]
+
+
+def angles_degrees(A, B) -> np.ndarray:
+    """Angles (degrees) between matching matrices of two stacks (S, d, d') as flattened vectors: (S,).
+
+    >>> import numpy as np
+    >>> angles_degrees(np.eye(2)[None], np.array([[[1.0, 1.0], [-1.0, 1.0]]])).round(6).tolist()
+    [45.0]
+    """
+    A, B = np.asarray(A, float), np.asarray(B, float)
+    axes = tuple(range(1, A.ndim))
+    cos = np.sum(A * B, axis=axes) / (np.linalg.norm(A, axis=axes) * np.linalg.norm(B, axis=axes))
+    return np.degrees(np.arccos(np.clip(cos, -1.0, 1.0)))
+
+
+def rotate_each(references, towards, degrees: float) -> np.ndarray:
+    """Every reference of a stack (S, ...) rotated by ``degrees`` toward its own ``towards[s]``
+    (:func:`attnlib.metrics.rotate_toward`, one plane per seed).
+
+    >>> import numpy as np
+    >>> rotate_each(np.eye(2)[None], np.array([[[0.0, 1.0], [1.0, 0.0]]]), 90.0).round(12).tolist()
+    [[[0.0, 1.0], [1.0, 0.0]]]
+    """
+    return np.stack([rotate_toward(r, t, degrees) for r, t in zip(references, towards, strict=True)])
+
+
+def per_seed_resolution(passes, references, towards, max_degrees: float = 90.0, tol_degrees: float = 1e-3) -> float:
+    """The smallest angle φ (degrees) such that rotating *every* seed's reference by φ toward its own
+    ``towards[s]`` (:func:`rotate_each`) makes ``passes(rotated_stack)`` false: the resolution of a
+    direction check whose statistic pools seeds (a median). ``inf`` if no φ ≤ ``max_degrees`` is detected;
+    raises if the unrotated stack fails. Bisection on φ (the statistic grows with φ for a median of angles).
+
+    >>> import numpy as np
+    >>> refs, tow = np.eye(2)[None], np.array([[[0.0, 1.0], [1.0, 0.0]]])
+    >>> round(per_seed_resolution(lambda r: angles_degrees(r, refs)[0] <= 5.0, refs, tow), 2)
+    5.0
+    """
+    if not passes(np.asarray(references, float)):
+        raise ValueError("the unrotated references fail the check: no resolution to measure")
+    if passes(rotate_each(references, towards, max_degrees)):
+        return float("inf")
+    lo, hi = 0.0, float(max_degrees)
+    while hi - lo > tol_degrees:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if passes(rotate_each(references, towards, mid)) else (lo, mid)
+    return hi
 
 
 # ---------------------------------------------------------------------------------------- rank grid
@@ -83,10 +132,15 @@ class RankGrid:
         """(2, C, D, S) numerical ranks at relative threshold ``tol``; ``-1`` for infeasible instances."""
         return numerical_rank(self.singular_values, tol)
 
-    def trained_kq_spectra(self, steps: int, lr: float = 0.1, normalize: str = "separate", seed: int = 0):
+    def trained_kq_spectra(
+        self, steps: int, lr: float = 0.1, normalize: str = "separate", seed: int = 0, factorised: bool = True
+    ):
         """Singular values of ``K Qᵀ`` trained on every feasible instance (:func:`train_kq_grid`), divided
-        by the largest: (C, D, S, max d), NaN for infeasible instances (not trained)."""
-        W = train_kq_grid(self.configs, self.ds, self.seeds, steps, lr, normalize, seed, mask=self.feasible)
+        by the largest: (C, D, S, max d), NaN for infeasible instances (not trained).
+        ``factorised=False``: the same for ``W`` trained directly (the control)."""
+        W = train_kq_grid(
+            self.configs, self.ds, self.seeds, steps, lr, normalize, seed, mask=self.feasible, factorised=factorised
+        )
         sv = np.linalg.svd(np.nan_to_num(W), compute_uv=False)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.feasible[..., None], sv / sv[..., :1], np.nan)
@@ -149,7 +203,15 @@ def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int = 1) -> Rank
 
 
 def train_kq_grid(
-    configs, ds, seeds, steps: int, lr: float = 0.1, normalize: str = "separate", seed: int = 0, mask=None
+    configs,
+    ds,
+    seeds,
+    steps: int,
+    lr: float = 0.1,
+    normalize: str = "separate",
+    seed: int = 0,
+    mask=None,
+    factorised: bool = True,
 ):
     """Train ``(K, Q)`` on every instance of a rank grid; the final products ``W = K Qᵀ`` (zero-padded).
 
@@ -160,6 +222,8 @@ def train_kq_grid(
     zero gradient and stay 0).
 
     ``mask`` (C, D, S) bool, optional: train only these instances (e.g. ``RankGrid.feasible``).
+    ``factorised=False`` trains ``W`` itself (NGD from 0, the same step and horizon) instead: the
+    control of a rank check on the trained products (``W``'s limit is the Frobenius SVM).
 
     Returns: (C, D, S, max d, max d) final products, zero outside the top-left d × d block; NaN for an
     instance left out by ``mask`` or with tied best tokens (no problem to train; only at d = 1).
@@ -191,10 +255,14 @@ def train_kq_grid(
                 Q0.append(np.pad(Q[j], ((0, dmax - d), (0, dmax - d))))
         if not probs:
             continue
-        traj = train_kq(ProblemStack(tuple(probs)), np.array(K0), np.array(Q0), steps, "ngd", lr,
-                        normalize=normalize, record_steps=[steps])  # fmt: skip
+        stack = ProblemStack(tuple(probs))
+        if factorised:
+            final = train_kq(stack, np.array(K0), np.array(Q0), steps, "ngd", lr,
+                             normalize=normalize, record_steps=[steps]).final  # fmt: skip
+        else:
+            final = train(stack, np.zeros(stack.shape), steps, "ngd", lr, record_steps=[steps], progress=False).final
         k, j = np.array(index).T
-        out[c, k, j] = traj.final
+        out[c, k, j] = final
     return out
 
 

@@ -110,3 +110,22 @@ def test_cone_too_wide_has_no_bound_and_the_path_sits_on_its_edge():
     assert local.cone_min_norm(prob, [1], sol.theta, mu) == np.inf
     path = paths.local_regularization_path(prob, np.array([1]), [10.0, 100.0], mu, min_norm=1.0)
     np.testing.assert_allclose(al.one_minus_cosine(path.theta, sol.theta), mu, rtol=1e-6)
+
+
+def test_per_seed_resolution_detects_a_common_rotation():
+    fx = al.experiments.factorization
+    rng = np.random.default_rng(0)
+    refs, towards = rng.normal(size=(5, 3, 3)), rng.normal(size=(5, 3, 3))
+    rotated = fx.rotate_each(refs, towards, 7.0)
+    assert np.allclose(fx.angles_degrees(refs, rotated), 7.0)
+    # a median-angle check at 3 degrees against the references themselves resolves 3 degrees
+    res = fx.per_seed_resolution(lambda r: np.median(fx.angles_degrees(refs, r)) <= 3.0, refs, towards)
+    assert abs(res - 3.0) < 1e-2
+
+
+def test_train_w_grid_is_the_w_control():
+    W = al.experiments.factorization.train_kq_grid([(5, 4)], [4], range(2), steps=30, factorised=False)
+    prob = al.datasets.rank_instance(5, 4, 4, 0)
+    X, y, u, Z, _ = prob
+    run = al.train(al.self_attention(X, y, u, Z), np.zeros((4, 4)), 30, "ngd", 0.1, progress=False)
+    assert np.allclose(W[0, 0, 0], run.final, atol=1e-10)
