@@ -101,17 +101,18 @@ def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path):
     assert summary["status"] == "ok" and summary["error"] is None
     assert summary["parameters"] == {"steps": 7, "scale": 0.5, "label": "b"}  # defaults merged with overrides
     assert summary["duration_s"] > 0
-    assert summary["checks"] == [
-        {
-            "name": "steps_seen",
-            "value": 7,
-            "criterion": ">= 1",
-            "status": "passed",
-            "passed": True,
-            "description": "the steps parameter arrived",
-            "reason": "",
-        }
-    ]
+    expected = {
+        "name": "steps_seen",
+        "value": 7,
+        "criterion": ">= 1",
+        "status": "passed",
+        "passed": True,
+        "description": "the steps parameter arrived",
+        "reason": "",
+        "sense": ">=",  # the numeric bound beside the criterion text
+        "bound": 1.0,
+    }
+    assert [{k: c.get(k) for k in expected} for c in summary["checks"]] == [expected]
     executed = json.loads(out.read_text())
     assert executed["metadata"]["papermill"]["parameters"] == {"steps": 7, "label": "b"}
     assert not list(out.parent.glob(".*tmp*")), "a temporary file was left behind"
