@@ -2,6 +2,8 @@
 
 import sys
 
+from .book import build, robustness, run, sweep
+
 USAGE = """usage: python -m attnlib {run,sweep,robustness,book} ...
 
 commands:
@@ -13,25 +15,19 @@ commands:
 python -m attnlib COMMAND --help describes each command."""
 
 
+COMMANDS = {"run": run.main, "sweep": sweep.main, "robustness": robustness.main, "book": build.main}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    # Each command's module is imported only when asked for (papermill stays lazy in all of them).
-    if command == "run":
-        from .book.run import main as command_main
-    elif command == "sweep":
-        from .book.sweep import main as command_main
-    elif command == "robustness":
-        from .book.robustness import main as command_main
-    elif command == "book":
-        from .book.build import main as command_main
-    else:
+    if command not in COMMANDS:  # papermill stays lazy in every command's module
         print(f"error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    return command_main(rest)
+    return COMMANDS[command](rest)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, log_expit
 
-__all__ = ["Loss", "LOSSES", "get_loss", "CROSS_ENTROPY"]
+__all__ = [
+    "Loss",
+    "LOSSES",
+    "get_loss",
+    "CROSS_ENTROPY",
+]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,19 @@ currently holds the attention (the optimal token on a global run, another one on
 a local direction), so it stays exact once ``1 − σ_r`` is far below machine epsilon. The
 gradient is also available as ``(log scale, scaled vector)`` so that its *direction* is exact
 even where its size underflows (``‖θ‖·margin`` beyond about 700).
+
+Every problem of the book lives here: the fixed-score problem and its stacks
+(:class:`TokenSelectionProblem`, :class:`ProblemStack`), joint training of the attention and the
+head (:class:`JointAttention`, :class:`StackedJointAttention`), self-attention with a trainable
+decoder (:class:`DecoderAttention`, :func:`joint_self_attention`: the same joint problem with
+``p = vec W`` and keys ``vec(x_it z_iᵀ)``), a nonlinear head (:class:`NonlinearHeadAttention`),
+logistic regression and the span reduction (:func:`logistic_regression`, :func:`reduce_to_span`),
+and the chain rule of the factorisation ``W = K Qᵀ`` (:func:`factor_grad`).
+
+>>> import numpy as np, attnlib as al
+>>> X = np.random.default_rng(0).normal(size=(3, 4, 5))
+>>> al.model.joint_self_attention(X, [1, -1, 1]).keys.shape     # (n, T, d·d_z)
+(3, 4, 25)
 """
 
 from __future__ import annotations
@@ -39,22 +52,31 @@ import numpy as np
 from .losses import CROSS_ENTROPY, Loss, get_loss
 
 __all__ = [
-    "AttentionProblem",
-    "Terms",
-    "check_labels",
-    "logsumexp",
+    "finite_array",
     "log_softmax",
+    "logsumexp",
+    "check_labels",
+    "Terms",
+    "AttentionProblem",
     "TokenSelectionProblem",
-    "ProblemStack",
-    "stack_problems",
-    "JointAttention",
-    "JointProblem",
     "token_selection",
     "prompt_attention",
     "self_attention",
+    "ProblemStack",
+    "stack_problems",
+    "JointProblem",
+    "JointAttention",
     "logistic_regression",
     "Reduced",
     "reduce_to_span",
+    "factor_grad",
+    "NonlinearHeadAttention",
+    "nonlinear_head",
+    "StackedJointAttention",
+    "DecoderAttention",
+    "joint_self_attention",
+    "StackedDecoderAttention",
+    "check_integer",
 ]
 
 
@@ -193,8 +215,8 @@ class AttentionProblem(Protocol):
 
     The loss itself is ``mean(loss.value(terms.output), axis=-1)``.
     :class:`TokenSelectionProblem`, :class:`ProblemStack` and
-    :class:`attnlib.NonlinearHeadAttention` implement it; :func:`attnlib.train`,
-    :func:`attnlib.log_gap_grad` and the regularization paths use only these names.
+    :class:`attnlib.model.NonlinearHeadAttention` implement it; :func:`attnlib.train`,
+    :func:`attnlib.paths.log_gap_grad` and the regularization paths use only these names.
     """
 
     shape: tuple[int, ...]
@@ -680,7 +702,7 @@ def stack_problems(problems) -> ProblemStack:
 
 @runtime_checkable
 class JointProblem(Protocol):
-    """What :func:`attnlib.train_joint_problem` needs from a problem with a trainable head.
+    """What :func:`attnlib.optim.train_joint_problem` needs from a problem with a trainable head.
 
     A logit parameter ``p`` (*batch, d_k) (``d_k = keys.shape[-1]``) and a head ``v`` (*batch, d)
     (``d = X.shape[-1]``) with the same batch axes:
@@ -689,8 +711,8 @@ class JointProblem(Protocol):
     - :meth:`scaled_grad` ``((m_p, g_p), (m_v, g_v))`` with ``∇_p L = exp(m_p) g_p`` (*batch, d_k)
       and ``∇_v L = exp(m_v) g_v`` (*batch, d), each ``g`` of order one.
 
-    :class:`JointAttention`, :class:`attnlib.joint.StackedJointAttention` and
-    :class:`attnlib.DecoderAttention` implement it.
+    :class:`JointAttention`, :class:`attnlib.model.StackedJointAttention` and
+    :class:`attnlib.model.DecoderAttention` implement it.
     """
 
     X: np.ndarray
@@ -725,7 +747,7 @@ class JointAttention:
     loss: Loss
 
     #: einsum subscript of the data axes in front of ``(n, T, ·)`` of ``X`` and ``keys``: none for
-    #: one data set, ``"..."`` for one data set per batch row (:class:`attnlib.joint.StackedJointAttention`).
+    #: one data set, ``"..."`` for one data set per batch row (:class:`attnlib.model.StackedJointAttention`).
     _data_axes = ""
 
     def __post_init__(self):
@@ -808,7 +830,7 @@ def logistic_regression(X, y) -> TokenSelectionProblem:
 
     >>> import numpy as np, attnlib as al
     >>> X, y, w = np.array([[1.0, 0.0], [0.0, -2.0]]), np.array([1.0, -1.0]), np.array([0.3, -0.2])
-    >>> prob = al.logistic_regression(X, y)
+    >>> prob = logistic_regression(X, y)
     >>> bool(np.isclose(prob.value(w), np.mean(np.logaddexp(0, -y * (X @ w)))))
     True
     """
@@ -868,7 +890,7 @@ def reduce_to_span(prob: TokenSelectionProblem, size: int | None = None, rtol: f
 
     >>> import numpy as np, attnlib as al
     >>> prob = al.datasets.random_tokens(n=3, T=4, d=8, seed=0)
-    >>> red = al.reduce_to_span(prob)
+    >>> red = reduce_to_span(prob)
     >>> red.rank, red.problem.shape        # 3·(4 − 1) = 9 instead of 8·8 = 64
     (9, (9,))
     >>> c = np.arange(9.0)
@@ -896,3 +918,305 @@ def reduce_to_span(prob: TokenSelectionProblem, size: int | None = None, rtol: f
     if size > r:
         A = np.concatenate([A, np.zeros((n, T, size - r))], axis=-1)
     return Reduced(TokenSelectionProblem(A, prob.gamma, prob.loss), prob, coef)
+
+
+def factor_grad(grad_W, K, Q) -> tuple[np.ndarray, np.ndarray]:
+    """Chain rule through ``W = K Qᵀ``: ``∇_K = ∇_W Q`` and ``∇_Q = ∇_Wᵀ K``.
+
+    Args:
+        grad_W: (*batch, d, d_z).  K: (*batch, d, m).  Q: (*batch, d_z, m).
+
+    >>> import numpy as np
+    >>> gK, gQ = factor_grad(np.ones((2, 3)), np.ones((2, 1)), np.ones((3, 1)))
+    >>> gK.ravel().tolist(), gQ.ravel().tolist()
+    ([3.0, 3.0], [2.0, 2.0, 2.0])
+    """
+    grad_W, K, Q = (np.asarray(a, float) for a in (grad_W, K, Q))
+    return grad_W @ Q, np.swapaxes(grad_W, -1, -2) @ K
+
+
+@dataclass(frozen=True, eq=False)
+class NonlinearHeadAttention:
+    """Prompt attention with a nonlinear head after pooling: ``f(X) = h(Xᵀ σ(K p))`` (RECONSTRUCTED).
+
+    .. math::
+
+        h(x) = u^⊤ \\mathrm{relu}(V x), \\qquad \\bar x_i(p) = \\sum_t σ_{it}(p)\\, x_{it}, \\qquad
+        L(p) = \\frac1n \\sum_i ℓ\\big(y_i\\, h(\\bar x_i(p))\\big).
+
+    [MMTS] extends its regularization-path theorem to nonlinear heads; the exact statement could
+    not be checked, so this is a reconstruction: the optimal token of sample ``i`` is the one with
+    the best single-token score ``γ_it = y_i h(x_it)``, and the path should turn towards
+    ``p_mm`` of these tokens (:attr:`token_problem` gives that SVM). The floor
+    ``L* = (1/n) Σ_i ℓ(γ_i,opt)`` is the infimum only when no *mixture* of tokens beats the best
+    single one; with ``y_i = +1`` and ``u ≥ 0`` the head is convex, which guarantees it
+    (``h(x̄) ≤ Σ_t σ_t h(x_t) ≤ h(x_opt)``). The constructor checks that condition.
+
+    Attributes: ``X`` (n, T, d) tokens (the head's inputs), ``keys`` (n, T, k) logit features
+    (``K_i = X_i Wᵀ``), ``y`` (n,), ``V`` (h, d), ``u`` (h,), ``loss``. Parameter ``p``: (*batch, k).
+    It implements the :class:`attnlib.AttentionProblem` protocol, so :func:`attnlib.train` and
+    :func:`log_gap_grad` take it like a :class:`TokenSelectionProblem`.
+    """
+
+    X: np.ndarray
+    keys: np.ndarray
+    y: np.ndarray
+    V: np.ndarray
+    u: np.ndarray
+    loss: Loss
+
+    def __post_init__(self):
+        X = np.asarray(self.X, float)
+        keys = np.asarray(self.keys, float)
+        if X.ndim != 3 or keys.ndim != 3 or keys.shape[:2] != X.shape[:2]:
+            raise ValueError(f"X must be (n, T, d) and keys (n, T, k) with the same n, T; got {X.shape}, {keys.shape}")
+        V = np.asarray(self.V, float)
+        u = np.asarray(self.u, float)
+        if V.ndim != 2 or V.shape[1] != X.shape[2] or u.shape != (V.shape[0],):
+            raise ValueError(f"V must be (h, {X.shape[2]}) and u (h,), got {V.shape} and {u.shape}")
+        y = np.asarray(self.y, float)
+        if y.shape != (X.shape[0],) or not np.all(y == 1.0) or np.any(u < 0):
+            raise ValueError(
+                "this reconstruction needs labels y = +1 and a head u >= 0 (a convex head, so that no "
+                "mixture of tokens beats the best single token and L* is the infimum)"
+            )
+        for name, val in (("X", X), ("keys", keys), ("y", y), ("V", V), ("u", u)):
+            object.__setattr__(self, name, val)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+        gamma = self.head(X) * y[:, None]
+        top2 = np.sort(gamma, axis=1)[:, -2:]
+        if np.any(top2[:, 1] == top2[:, 0]):
+            raise ValueError("the best single token must be unique in every sample")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.keys.shape[2],)
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    def head(self, x) -> np.ndarray:
+        """``h(x) = uᵀ relu(V x)`` over the last axis of ``x``."""
+        return np.maximum(np.asarray(x, float) @ self.V.T, 0.0) @ self.u
+
+    @cached_property
+    def gamma(self) -> np.ndarray:
+        """Single-token scores ``γ_it = y_i h(x_it)``: (n, T)."""
+        return self.y[:, None] * self.head(self.X)
+
+    @cached_property
+    def opt(self) -> np.ndarray:
+        """The induced optimal tokens ``argmax_t y_i h(x_it)``: (n,)."""
+        return np.argmax(self.gamma, axis=1)
+
+    @cached_property
+    def token_problem(self) -> TokenSelectionProblem:
+        """Same keys and single-token scores as a fixed-score problem: its ``max_margin`` is ``p_mm(opt)``."""
+        return TokenSelectionProblem(self.keys, self.gamma, self.loss)
+
+    @cached_property
+    def loss_floor(self) -> float:
+        return float(np.mean(self.loss.value(self.gamma[np.arange(self.n), self.opt])))
+
+    @property
+    def size(self) -> int:
+        return self.shape[0]
+
+    def flatten(self, p) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Validate ``p`` (*batch, k): ``(p, batch)`` (the parameter is already a vector)."""
+        p = np.asarray(p, float)
+        if p.ndim < 1 or p.shape[-1] != self.shape[0]:
+            raise ValueError(f"p must have shape (*batch, {self.shape[0]}), got {p.shape}")
+        return p, p.shape[:-1]
+
+    def terms(self, p) -> Terms:
+        """The per-sample :class:`attnlib.model.Terms` at ``p`` (*batch, k)."""
+        return self.terms_from_flat(self.flatten(p)[0])
+
+    def terms_from_flat(self, p) -> Terms:
+        """``log σ`` (*batch, n, T), ``log δ_i`` and the outputs ``u_i`` (*batch, n) at ``p`` (*batch, k)."""
+        p, batch = self.flatten(p)
+        log_sigma = log_softmax(np.einsum("...k,itk->...it", p, self.keys), axis=-1)
+        idx = np.arange(self.n)
+        x_opt = self.X[idx, self.opt]  # (n, d)
+        # δ_i = x̄_i − x_opt = Σ_{t≠opt} σ_it (x_it − x_opt), carried as exp(M_i) · δ_scaled
+        others = np.where(np.arange(self.X.shape[1]) == self.opt[:, None], -np.inf, log_sigma)
+        M = np.max(others, axis=-1)  # (*batch, n)
+        w = np.exp(others - M[..., None])
+        dx = self.X - x_opt[:, None, :]
+        delta_s = np.einsum("...it,itd->...id", w, dx)
+        a = x_opt @ self.V.T  # (n, h) pre-activations at the optimal token
+        b_s = delta_s @ self.V.T  # (*batch, n, h)
+        scale = np.exp(M)[..., None]
+        # Δ_i = y_i (h(x_opt) − h(x̄_i)) ≥ 0. Where the move cannot flip a unit (saturated), the
+        # ReLU is linear and Δ = −e^M y uᵀ(D b_s), exact at any scale; else evaluate directly.
+        linear = np.all(scale * np.abs(b_s) < 1e-3 * np.abs(a), axis=-1)  # (*batch, n)
+        lin = -(self.y[:, None] * ((a > 0) * b_s)) @ self.u
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_lin = M + np.log(lin)
+            x_bar = x_opt + scale * delta_s
+            direct = self.y * (self.head(x_opt) - self.head(x_bar))
+            log_delta = np.where(linear, log_lin, np.log(direct))
+        out = self.gamma[idx, self.opt] - np.exp(log_delta)
+        return Terms(log_sigma, log_delta, out)
+
+    def value(self, p) -> np.ndarray:
+        """``L(p)``: (*batch,)."""
+        return np.mean(self.loss.value(self.terms(p).output), axis=-1)
+
+    def log_gap(self, p) -> np.ndarray:
+        """``log(L − L*)``, accurate where the gap underflows: (*batch,)."""
+        return self.log_gap_from(self.terms(p))
+
+    def log_gap_from(self, terms: Terms) -> np.ndarray:
+        """``log(L − L*)`` (*batch,) from the :class:`attnlib.model.Terms` of a batch."""
+        g_opt = self.gamma[np.arange(self.n), self.opt]
+        return logsumexp(self.loss.log_excess(g_opt, terms.log_delta), axis=-1, precise=True) - np.log(self.n)
+
+    def scaled_grad(self, p) -> tuple[np.ndarray, np.ndarray]:
+        """``∇L = exp(m) g``: ``(m (*batch,), g (*batch, k))``.
+
+        ``∇L = (1/n) Σ_i ℓ'(u_i) y_i Σ_t σ_it ⟨∇h(x̄_i), x_it − x̄_i⟩ k_it``, with
+        ``x_it − x̄_i`` measured from the most-attended token (no cancellation at saturation).
+        """
+        return self.scaled_grad_from(self.terms(p))
+
+    def scaled_grad_from(self, terms: Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``(m (*batch,), g (*batch, k))`` with ``∇L = exp(m) g`` from the :class:`attnlib.model.Terms`
+        of a batch (``batch``, accepted for the protocol, is read from the terms)."""
+        log_sigma, out = terms.log_sigma, terms.output
+        batch = log_sigma.shape[:-2]
+        ref = np.argmax(log_sigma, axis=-1)  # (*batch, n)
+        x_ref = np.take_along_axis(np.broadcast_to(self.X, batch + self.X.shape), ref[..., None, None], axis=-2)
+        dx = self.X - x_ref  # (*batch, n, T, d)
+        sig = np.exp(log_sigma)
+        x_bar_minus_ref = np.einsum("...it,...itd->...id", sig, dx)
+        x_bar = x_ref[..., 0, :] + x_bar_minus_ref
+        grad_h = ((x_bar @ self.V.T) > 0) * self.u @ self.V  # ∇h(x̄): (*batch, n, d)
+        c = (
+            np.einsum("...id,...itd->...it", grad_h, dx)
+            - np.einsum("...id,...id->...i", grad_h, x_bar_minus_ref)[..., None]
+        )
+        is_ref = np.arange(self.X.shape[1]) == ref[..., None]
+        with np.errstate(divide="ignore"):
+            log_abs = np.log(-self.loss.derivative(out))[..., None] + log_sigma + np.log(np.abs(c)) - np.log(self.n)
+        log_abs = np.where(is_ref, -np.inf, log_abs)
+        m = np.max(log_abs, axis=(-2, -1))
+        finite_m = np.where(np.isfinite(m), m, 0.0)
+        w = (self.y[:, None] * np.sign(c)) * np.exp(log_abs - finite_m[..., None, None])
+        k_ref = np.take_along_axis(np.broadcast_to(self.keys, batch + self.keys.shape), ref[..., None, None], axis=-2)
+        g = -np.einsum("...it,...itk->...k", w, self.keys - k_ref)
+        return m, g
+
+    def grad(self, p) -> np.ndarray:
+        """``∇L(p)``: (*batch, k)."""
+        m, g = self.scaled_grad(p)
+        return np.exp(m)[..., None] * g
+
+
+def nonlinear_head(X, V, u, W=None, y=None, loss: str | Loss = "logistic") -> NonlinearHeadAttention:
+    """[MMTS] nonlinear-head model ``f(X) = uᵀ relu(V Xᵀ softmax(X Wᵀ p))`` (RECONSTRUCTED).
+
+    Args:
+        X: (n, T, d) tokens.  V: (h, d), u: (h,) with ``u ≥ 0``: the head ``h(x) = uᵀ relu(Vx)``.
+        W: (k, d) key matrix (identity if None).  y: labels, all +1 (default).
+
+    >>> import numpy as np, attnlib as al
+    >>> rng = np.random.default_rng(0)
+    >>> model = nonlinear_head(rng.normal(size=(3, 3, 6)), rng.normal(size=(8, 6)), rng.uniform(size=8))
+    >>> model.shape, model.opt.shape
+    ((6,), (3,))
+    """
+    X = np.asarray(X, float)
+    if X.ndim != 3:
+        raise ValueError(f"X must be (n, T, d), got shape {X.shape}")
+    keys = X if W is None else X @ np.asarray(W, float).T
+    y = np.ones(X.shape[0]) if y is None else y
+    return NonlinearHeadAttention(X, keys, y, V, u, loss)
+
+
+@dataclass(frozen=True, eq=False)
+class StackedJointAttention(JointAttention):
+    """:class:`JointAttention` with one data set per batch row: ``X`` (R, n, T, d), ``y`` (R, n).
+
+    Methods take ``p`` (*batch, R, d_k) and ``v`` (*batch, R, d): row ``r`` of the parameters is
+    trained on data set ``r``, so trajectories on different data sets (same ``n``, ``T``, ``d``) step
+    together as one batch (:func:`train_joint_stack`), as :func:`attnlib.stack_problems` does for
+    fixed-head problems.
+    """
+
+    #: the data axes lead ``X`` and ``keys``: the inherited methods contract row by row.
+    _data_axes = "..."
+
+    def __post_init__(self):
+        X = np.asarray(self.X, float)
+        if X.ndim != 4:
+            raise ValueError(f"X must be a 4-D array (R, n, T, d), got shape {X.shape}")
+        y = check_labels(self.y, X.shape[:2])
+        W = np.asarray(self.W, float)
+        if W.ndim != 2 or W.shape[1] != X.shape[3]:
+            raise ValueError(f"W must have shape (d_k, {X.shape[3]}), got {W.shape}")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "W", W)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+
+
+@dataclass(frozen=True, eq=False)
+class DecoderAttention(JointAttention):
+    """``L(W, u) = (1/n) Σ_i ℓ(y_i uᵀ X_iᵀ softmax(X_i W z_i))`` with ``W`` flattened to ``p``.
+
+    Attributes: ``X`` (n, T, d) tokens, ``y`` (n,) labels, ``Z`` (n, d_z) queries, ``loss``;
+    ``W`` is the identity (d, d) of the parent class and is not used: the keys are
+    ``vec(x_it z_iᵀ)``, (n, T, d·d_z). Methods take ``p`` (*batch, d·d_z) (``W.reshape(..., -1)``)
+    and ``v`` = ``u`` (*batch, d).
+    """
+
+    Z: np.ndarray | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        lead = self.X.shape[:-2]  # (n,), or (R, n) for a stack
+        Z = self.X[..., 0, :] if self.Z is None else finite_array("Z", self.Z, ndim=len(lead) + 1)
+        if Z.shape[:-1] != lead:
+            raise ValueError(f"Z must have one query per sample, shape {lead + ('d_z',)}, got {Z.shape}")
+        object.__setattr__(self, "Z", Z)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of ``W``: (d, d_z)."""
+        return (self.X.shape[-1], self.Z.shape[-1])
+
+    @cached_property
+    def keys(self) -> np.ndarray:
+        """``vec(x_it z_iᵀ)``: (n, T, d·d_z) (leading data axes of a stack first)."""
+        d, dz = self.shape
+        return (self.X[..., :, None] * self.Z[..., None, None, :]).reshape(self.X.shape[:-1] + (d * dz,))
+
+
+def joint_self_attention(X, y, Z=None, loss="logistic") -> DecoderAttention:
+    """[FAST] self-attention with a trainable decoder; ``Z=None`` uses ``z_i = x_i1``.
+
+    Args: ``X`` (n, T, d) tokens, ``y`` (n,) labels ±1, ``Z`` (n, d_z) queries (cross-attention)
+    or None, ``loss`` "logistic", "exponential" or "linear".
+    """
+    X = finite_array("X", X, ndim=3)
+    return DecoderAttention(X, np.asarray(y, float), np.eye(X.shape[2]), loss, Z)
+
+
+@dataclass(frozen=True, eq=False)
+class StackedDecoderAttention(DecoderAttention, StackedJointAttention):
+    """:class:`DecoderAttention` with one data set per batch row: ``X`` (R, n, T, d), ``y`` (R, n), ``Z`` (R, n, d_z).
+
+    The keys ``vec(x_it z_iᵀ)`` are (R, n, T, d·d_z); methods take ``p`` (*batch, R, d·d_z) and
+    ``v`` (*batch, R, d), and row ``r`` of the parameters sees data set ``r`` only
+    (:class:`attnlib.model.StackedJointAttention`'s data axes), so the (W, u) runs on R data sets
+    step together as one batch (:func:`train_decoder_stack`). ``Z=None`` uses ``z_i = x_i1`` per row.
+    """
+
+
+def check_integer(name: str, value, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)

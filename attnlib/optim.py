@@ -13,6 +13,11 @@ of order one, so its direction is exact at any ‖θ‖ and ‖θ‖ keeps growi
 trajectory stops, with its step and reason recorded, when a value turns non-finite, the
 gradient is exactly zero, or the Polyak step explodes because ``L*`` is out of reach (a run
 heading to a local selection); the others go on.
+
+Every trainer is here: :func:`train` (p or W, a batch of starts or a stack of problems),
+:func:`train_joint` / :func:`train_joint_problem` / :func:`train_joint_stack` /
+:func:`train_decoder_stack` (the attention with its head or decoder), :func:`train_kq` (the
+factorisation ``W = K Qᵀ``), :func:`train_many` and the batching planner :func:`train_problems`.
 """
 
 from __future__ import annotations
@@ -26,31 +31,48 @@ import numpy as np
 
 from .model import (
     AttentionProblem,
+    DecoderAttention,
     JointAttention,
     JointProblem,
     ProblemStack,
+    StackedDecoderAttention,
+    StackedJointAttention,
     Terms,
     TokenSelectionProblem,
+    factor_grad,
+    reduce_to_span,
     stack_problems,
+    token_selection,
 )
 
 __all__ = [
+    "METHODS",
     "Stop",
     "BatchRecord",
     "Trajectory",
-    "JointTrajectory",
     "StepRule",
     "GradientDescent",
     "NormalizedGradientDescent",
     "PolyakStep",
     "step_rule",
+    "check_schedule",
+    "record_schedule",
     "train",
+    "JointTrajectory",
     "train_joint",
     "train_joint_problem",
-    "METHODS",
     "log_steps",
     "train_many",
+    "train_joint_stack",
+    "truncate_joint",
+    "train_decoder_stack",
+    "NORMALIZATIONS",
+    "FactorTrajectory",
+    "kq_init",
+    "train_kq",
+    "train_problems",
 ]
+
 
 METHODS = ("gd", "ngd", "polyak")
 
@@ -76,7 +98,7 @@ class BatchRecord:
         method, lr: the optimizer (``lr`` a number, or (B,) one step size per trajectory).
 
     Subclasses add the parameters, each an array (R, B, ...): :class:`Trajectory` (θ) and
-    :class:`attnlib.FactorTrajectory` (K, Q).
+    :class:`attnlib.optim.FactorTrajectory` (K, Q).
     """
 
     steps: np.ndarray
@@ -140,9 +162,6 @@ class Trajectory(BatchRecord):
         return np.linalg.norm(self.theta.reshape(R, B, -1), axis=-1)
 
 
-# ---------------------------------------------------------------------- step-size and stop rules
-
-
 def _joint_move(g, log_scale, g_norm, method, lr):
     """The move ``η g/‖g‖`` (NGD) or ``η∇`` (GD) for a gradient given as ``exp(log_scale)·g``."""
     safe = np.where(g_norm > 0, g_norm, 1.0)
@@ -153,8 +172,8 @@ def _joint_move(g, log_scale, g_norm, method, lr):
 class StepRule:
     """How a method sizes its step, and when it stops a trajectory for good.
 
-    :func:`train` moves each active trajectory by :meth:`lengths` along ``−∇L/‖∇L‖`` and stops
-    the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
+    :func:`train` moves each active trajectory by :meth:`move` (by default :meth:`lengths` along
+    ``−∇L/‖∇L‖``) and stops the ones :meth:`stops` names; :func:`train_joint_problem` asks :meth:`joint_moves` for the
     moves of ``(p, v)``. Both trainers also stop a trajectory on a non-finite value or an exactly
     zero gradient, whatever the rule. One rule per method: :class:`GradientDescent`,
     :class:`NormalizedGradientDescent`, :class:`PolyakStep`; :func:`step_rule` maps a method name
@@ -171,6 +190,18 @@ class StepRule:
         """Step lengths (B,) from step sizes ``lrs`` (B,), ``log ‖∇L‖`` (B,) and, if
         :attr:`needs_loss`, ``log(L − L*)`` (B,)."""
         raise NotImplementedError
+
+    def move(self, lrs: np.ndarray, log_grad_norm: np.ndarray, log_gap, g: np.ndarray, g_norm: np.ndarray):
+        """The update of :func:`train`: ``(move (B, size), lengths (B,))``, ``θ ← θ − move``.
+
+        The default moves :meth:`lengths` along the unit gradient ``g/‖g‖`` (``∇L = exp(m)·g``).
+        A rule that chooses its own direction (a mirror map, the sign of the gradient, a
+        preconditioner) overrides this and returns its full update with the length it reports
+        to :meth:`stops`.
+        """
+        unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
+        length = self.lengths(lrs, log_grad_norm, log_gap)
+        return length[:, None] * unit, length
 
     def stops(self, prob: AttentionProblem, terms: Terms, flat, lengths, active) -> dict[int, str]:
         """Trajectories to stop before this step, ``{member: reason}`` (none by default).
@@ -342,6 +373,72 @@ def _progress(total: int, show: bool | None, work: float, desc: str):
     return tqdm(total=total, desc=desc, leave=False)
 
 
+class _Loop:
+    """The bookkeeping every trainer shares: which trajectories are still active, when and why the
+    others stopped. :func:`_descend` runs the loop around it."""
+
+    def __init__(self, B: int):
+        self.k = 0
+        self.active = np.ones(B, bool)
+        self._step = np.full(B, -1)
+        self._reason = np.full(B, "", dtype=object)
+
+    def stop(self, members, reason: str) -> None:
+        """Stop the active ``members`` (a (B,) mask or one index) at the current step."""
+        if np.ndim(members) == 0:
+            index, members = members, np.zeros(len(self.active), bool)
+            members[index] = True
+        members = self.active & members
+        if members.any():
+            self._step[members], self._reason[members] = self.k, reason
+            self.active &= ~members
+
+    def stop_unusable(self, finite: np.ndarray, g_norm: np.ndarray, log_scale: np.ndarray) -> None:
+        """Stop where a value is not finite, then where the gradient ``exp(log_scale)·g`` is exactly 0."""
+        bad = self.active & ~(finite & np.isfinite(g_norm) & ~np.isnan(log_scale))
+        zero = self.active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
+        self.stop(bad, "non-finite value")
+        self.stop(zero, "gradient is exactly zero")
+
+    def stopped(self) -> tuple:
+        return tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(self._step, self._reason))
+
+
+def _descend(params, record: np.ndarray, observe, write, move, bar=None) -> tuple:
+    """The one training loop behind :func:`train`, :func:`train_joint_problem` and :func:`train_kq`.
+
+    At every step ``k ≤ record[-1]``: ``observe(recording)`` measures the current parameters;
+    at a recorded step ``write(r, seen)`` stores the ``r``-th record; before the last step
+    ``move(seen, loop)`` stops members through ``loop`` (a :class:`_Loop`) and returns one move per
+    array of ``params``, which the active trajectories subtract (in place). Returns the
+    trajectories' :class:`Stop` entries.
+    """
+    loop = _Loop(len(params[0]))
+    r = 0
+    for k in range(int(record[-1]) + 1):
+        loop.k = k
+        recording = k == record[r]
+        seen = observe(recording)
+        if recording:
+            write(r, seen)
+            r += 1
+        if k == record[-1]:
+            break
+        moves = move(seen, loop)
+        if loop.active.all():
+            for x, m in zip(params, moves):
+                x -= m
+        else:
+            active = loop.active
+            for x, m in zip(params, moves):
+                x[active] -= m[active]
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return loop.stopped()
+
+
 def train(
     prob: AttentionProblem,
     theta0,
@@ -402,48 +499,35 @@ def train(
     out_loss = np.empty((R, B))
     out_log_gap = np.empty((R, B))
     out_log_gn = np.empty((R, B))
-    stop_step = np.full(B, -1)
-    stop_reason = np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
     bar = _progress(steps, progress, float(steps) * B * prob.n * prob.T * size * 4, f"{rule.name} B={B}")
     start = time.perf_counter()
-    r = 0
-    # Overflow and log(0) are detected below and stop the run (or are meant: −inf log-norms);
+
+    def observe(recording):
+        terms = prob.terms_from_flat(flat)
+        log_scale, g = prob.scaled_grad_from(terms)
+        g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
+        return terms, log_scale, g, g_norm, log_scale + np.log(g_norm)
+
+    def write(r, seen):
+        terms, _, _, _, log_gn = seen
+        out_theta[r] = flat
+        out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+        out_log_gap[r] = prob.log_gap_from(terms)
+        out_log_gn[r] = log_gn
+        out_seconds[r] = time.perf_counter() - start
+
+    def move(seen, loop):
+        terms, log_scale, g, g_norm, log_gn = seen
+        loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
+        step, length = rule.move(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None, g, g_norm)
+        for b, why in rule.stops(prob, terms, flat, length, loop.active).items():
+            loop.stop(b, why)
+        return (step,)
+
+    # Overflow and log(0) are detected in move() and stop the run (or are meant: −inf log-norms);
     # one errstate for the whole loop rather than several per step.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for k in range(record[-1] + 1):
-            terms = prob.terms_from_flat(flat)
-            log_scale, g = prob.scaled_grad_from(terms)
-            g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
-            log_gn = log_scale + np.log(g_norm)
-            if k == record[r]:
-                out_theta[r] = flat
-                out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
-                out_log_gap[r] = prob.log_gap_from(terms)
-                out_log_gn[r] = log_gn
-                out_seconds[r] = time.perf_counter() - start
-                r += 1
-            if k == record[-1]:
-                break
-            bad = active & ~(np.isfinite(flat).all(axis=-1) & np.isfinite(g_norm) & ~np.isnan(log_scale))
-            zero = active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
-            if bad.any() or zero.any():
-                for mask, why in ((bad, "non-finite value"), (zero, "gradient is exactly zero")):
-                    stop_step[mask], stop_reason[mask] = k, why
-                    active &= ~mask
-            unit = g / np.where(g_norm > 0, g_norm, 1.0)[:, None]
-            length = rule.lengths(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None)
-            for b, why in rule.stops(prob, terms, flat, length, active).items():
-                stop_step[b], stop_reason[b], active[b] = k, why, False
-            if active.all():
-                flat -= length[:, None] * unit
-            else:
-                flat[active] -= length[active, None] * unit[active]
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+        stopped = _descend([flat], record, observe, write, move, bar)
     return Trajectory(
         theta=out_theta.reshape((R, B) + prob.shape),
         steps=record,
@@ -544,7 +628,7 @@ def train_joint_problem(
     """Train the logit parameter ``p`` and the head ``v`` of any :class:`JointAttention` together.
 
     :func:`train_joint` builds the prompt-attention problem and calls this; a
-    :class:`attnlib.DecoderAttention` (self-attention with a trainable decoder, ``p = vec W``)
+    :class:`attnlib.model.DecoderAttention` (self-attention with a trainable decoder, ``p = vec W``)
     is trained the same way. "ngd" normalises each block's gradient by its own norm (two moves of
     length η per step), "gd" takes ``η∇``, "polyak" takes the Polyak step on the joint gradient
     with the floor 0 (the infimum of the loss once the head is trained):
@@ -552,7 +636,7 @@ def train_joint_problem(
     with its reason recorded, when ``L`` underflows to 0.
 
     Args:
-        joint: the problem (any :class:`attnlib.JointProblem`).  p0: (d_k,) or (B, d_k).
+        joint: the problem (any :class:`attnlib.model.JointProblem`).  p0: (d_k,) or (B, d_k).
             v0: (d,) or (B, d).
         method: "gd", "ngd", "polyak" or a :class:`StepRule` (its :meth:`StepRule.joint_moves`).
         steps, lr, record_every, progress: as in :func:`train`; ``record_steps`` explicit
@@ -568,45 +652,30 @@ def train_joint_problem(
     record = record_schedule(steps, record_every, record_steps)
     R = len(record)
     out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
-    stop_step = np.full(B, -1)
-    stop_reason = np.full(B, "", dtype=object)
-    active = np.ones(B, bool)
     # work per step: B trajectories × (n, T, d_k) keys each (a stack's keys hold one set per row)
     work = float(steps) * B * math.prod(joint.keys.shape[-3:]) * 8
     bar = _progress(steps, progress, work, f"joint {rule.name} B={B}")
-    r = 0
-    for k in range(record[-1] + 1):
-        loss = joint.value(p, v) if (rule.needs_loss or k == record[r]) else None
-        if k == record[r]:
-            out_p[r], out_v[r], out_loss[r] = p, v, loss
-            r += 1
-        if k == record[-1]:
-            break
+
+    def observe(recording):
+        return joint.value(p, v) if (rule.needs_loss or recording) else None
+
+    def write(r, loss):
+        out_p[r], out_v[r], out_loss[r] = p, v, loss
+
+    def move(loss, loop):
         with np.errstate(over="ignore", invalid="ignore"):
             (m_p, g_p), (m_v, g_v) = joint.scaled_grad(p, v)
         n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
-        finite = np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)
-        bad = active & ~finite
-        if bad.any():
-            stop_step[bad], stop_reason[bad] = k, "non-finite value"
-            active &= ~bad
-        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), active)
+        loop.stop(
+            ~(np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)),
+            "non-finite value",
+        )
+        move_p, move_v, stops = rule.joint_moves(lr, loss, (m_p, g_p, n_p), (m_v, g_v, n_v), loop.active)
         for mask, why in stops:
-            mask = active & mask
-            if mask.any():
-                stop_step[mask], stop_reason[mask] = k, why
-                active &= ~mask
-        if active.all():
-            p -= move_p
-            v -= move_v
-        else:
-            p[active] -= move_p[active]
-            v[active] -= move_v[active]
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    stopped = tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(stop_step, stop_reason))
+            loop.stop(mask, why)
+        return move_p, move_v
+
+    stopped = _descend([p, v], record, observe, write, move, bar)
     return JointTrajectory(out_p, out_v, record, out_loss, stopped, rule.name, float(lr), joint)
 
 
@@ -664,3 +733,418 @@ def train_many(
         progress=False,
         record_steps=record,
     )
+
+
+def train_joint_stack(datasets, p0, v0, steps: int, W=None, loss: str = "logistic", **options) -> list:
+    """:func:`attnlib.train_joint` on several data sets at once: one batched run, one trajectory each.
+
+    Args:
+        datasets: sequence of ``(X, y)`` with the same ``X.shape`` (n, T, d).
+        p0: (d_k,), (B, d_k) (the same starts for every data set) or (S, B, d_k) (one batch per data
+            set); ``v0`` likewise with ``d``.
+        steps, W, loss: as in :func:`attnlib.train_joint`.
+        options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
+            :func:`attnlib.optim.train_joint_problem`, which takes the one batched step.
+
+    Returns a list of :class:`attnlib.optim.JointTrajectory`, one per data set, each with ``p``
+    (R, B, d_k), ``v`` (R, B, d) and its own :class:`JointAttention` as ``problem``: the same as
+    ``S`` separate :func:`attnlib.train_joint` calls, with one Python loop over the iterations.
+
+    >>> import numpy as np, attnlib as al
+    >>> sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
+    >>> trajs = train_joint_stack(sets, al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> one = al.train_joint(*sets[1], al.datasets.JOINT_P0, al.datasets.JOINT_V0, steps=50)
+    >>> len(trajs), bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (2, True)
+    """
+    Xs = [np.asarray(X, float) for X, _ in datasets]
+    ys = [np.asarray(y, float) for _, y in datasets]
+    if not Xs or any(X.ndim != 3 or X.shape != Xs[0].shape for X in Xs):
+        raise ValueError("datasets must be a non-empty sequence of (X, y) with X of one shape (n, T, d)")
+    d = Xs[0].shape[2]
+    W = np.eye(d) if W is None else np.asarray(W, float)
+
+    def stack(B):
+        return StackedJointAttention(np.repeat(np.stack(Xs), B, axis=0), np.repeat(np.stack(ys), B, axis=0), W, loss)
+
+    def problem(s, rows):
+        return JointAttention(Xs[s], ys[s], W, rows.loss)
+
+    return _train_joint_rows(len(Xs), stack, (W.shape[0], d), p0, v0, steps, problem, **options)
+
+
+def _train_joint_rows(S: int, stack, dims, p0, v0, steps: int, problem, **options) -> list:
+    """Train ``S`` data sets as one batch and split the run into one trajectory per data set.
+
+    ``stack(B)``: the stacked problem (a :class:`StackedJointAttention`) holding data set ``s`` in
+    rows ``s·B … s·B + B − 1``; ``dims``: ``(d_k, d)`` of ``p`` and ``v``; ``p0``, ``v0`` as in
+    :func:`train_joint_stack`;
+    ``problem(s, rows)``: the unstacked problem of data set ``s``, recorded in its trajectory.
+    """
+
+    def per_set(name, value, dim):
+        arr = np.asarray(value, float)
+        arr = arr[None] if arr.ndim == 1 else arr
+        arr = np.broadcast_to(arr, (S,) + arr.shape) if arr.ndim == 2 else arr
+        if arr.ndim != 3 or arr.shape[0] != S or arr.shape[2] != dim:
+            raise ValueError(f"{name} must have shape ({dim},), (B, {dim}) or ({S}, B, {dim}), got {np.shape(value)}")
+        return arr
+
+    P, V = per_set("p0", p0, dims[0]), per_set("v0", v0, dims[1])
+    if P.shape[:2] != V.shape[:2]:
+        raise ValueError(f"p0 and v0 must hold the same number of starts, got {P.shape[:2]} and {V.shape[:2]}")
+    B = P.shape[1]
+    rows = stack(B)
+    traj = train_joint_problem(rows, P.reshape(S * B, -1), V.reshape(S * B, -1), steps, **options)
+    out = []
+    for s in range(S):
+        cut = slice(s * B, (s + 1) * B)
+        out.append(
+            JointTrajectory(
+                traj.p[:, cut],
+                traj.v[:, cut],
+                traj.steps,
+                traj.loss[:, cut],
+                traj.stopped[cut],
+                traj.method,
+                traj.lr,
+                problem(s, rows),
+            )
+        )
+    return out
+
+
+def truncate_joint(traj, steps: int):
+    """The records of a :class:`attnlib.optim.JointTrajectory` up to iteration ``steps`` (a view)."""
+    keep = np.asarray(traj.steps) <= steps
+    return replace(traj, p=traj.p[keep], v=traj.v[keep], steps=traj.steps[keep], loss=traj.loss[keep])
+
+
+def train_decoder_stack(problems, p0, v0, steps: int, **options) -> list:
+    """:func:`attnlib.optim.train_joint_problem` on several :class:`DecoderAttention` problems as one batch.
+
+    Args:
+        problems: sequence of S :class:`DecoderAttention` with one ``X.shape`` (n, T, d), one
+            ``Z.shape`` (n, d_z) and one loss.
+        p0: ``vec W`` starts, (d·d_z,), (B, d·d_z) (the same for every problem) or (S, B, d·d_z);
+            ``v0`` (the decoder ``u``) likewise with ``d``.
+        steps, options: ``method``, ``lr``, ``record_every``, ``record_steps``, ``progress`` of
+            :func:`attnlib.optim.train_joint_problem`, which takes the one batched step
+            (a :class:`StackedDecoderAttention`).
+
+    Returns one :class:`attnlib.optim.JointTrajectory` per problem (``p`` (R, B, d·d_z), ``v``
+    (R, B, d), ``problem`` the problem passed): the same as S separate
+    :func:`attnlib.optim.train_joint_problem` calls, with one Python loop over the iterations.
+
+    >>> import numpy as np, attnlib as al
+    >>> Js = [al.model.joint_self_attention(D.X, D.y) for D in (al.datasets.planted_tokens(4, 5, 6, s) for s in (0, 1))]
+    >>> trajs = train_decoder_stack(Js, np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> one = train_joint_problem(Js[1], np.zeros(36), np.zeros(6), 50, method="ngd", lr=0.1)
+    >>> len(trajs), trajs[1].problem is Js[1], bool(np.allclose(trajs[1].p, one.p, rtol=1e-12, atol=1e-12))
+    (2, True, True)
+    """
+    problems = list(problems)
+    if not problems or not all(isinstance(J, DecoderAttention) for J in problems):
+        raise ValueError(
+            "problems must be a non-empty sequence of DecoderAttention (attnlib.model.joint_self_attention)"
+        )
+    first = problems[0]
+    for s, J in enumerate(problems):
+        if J.X.ndim != 3 or J.X.shape != first.X.shape or J.Z.shape != first.Z.shape:
+            raise ValueError(
+                f"problems must share X.shape (n, T, d) and Z.shape (n, d_z): problem 0 has {first.X.shape} "
+                f"and {first.Z.shape}, problem {s} has {J.X.shape} and {J.Z.shape}"
+            )
+        if J.loss.name != first.loss.name:
+            raise ValueError(
+                f"problems must share one loss: problem 0 has {first.loss.name!r}, problem {s} has {J.loss.name!r}"
+            )
+    X, y, Z = (np.stack([getattr(J, a) for J in problems]) for a in ("X", "y", "Z"))
+    d = X.shape[-1]
+
+    def stack(B):
+        rep = [np.repeat(a, B, axis=0) for a in (X, y, Z)]
+        return StackedDecoderAttention(rep[0], rep[1], np.eye(d), first.loss, rep[2])
+
+    return _train_joint_rows(
+        len(problems), stack, (d * Z.shape[-1], d), p0, v0, steps, lambda s, _: problems[s], **options
+    )
+
+
+NORMALIZATIONS = ("joint", "separate")
+
+
+@dataclass(frozen=True, eq=False)
+class FactorTrajectory(BatchRecord):
+    """Recorded states of B trajectories of ``(K, Q)`` (a :class:`attnlib.optim.BatchRecord`).
+
+    Attributes:
+        K: (R, B, d, m) and Q: (R, B, d_z, m) at the recorded steps.
+        normalize: how NGD normalised the factors.  seconds: (R,) wall-clock since the start.
+        steps, loss, log_gap, log_grad_norm, stopped, method, lr: as in
+        :class:`attnlib.optim.BatchRecord`, with ``log_grad_norm`` ``log ‖(∇_K L, ∇_Q L)‖`` and the
+        loss at ``W = K Qᵀ``.
+    """
+
+    K: np.ndarray
+    Q: np.ndarray
+    normalize: str
+    seconds: np.ndarray
+
+    @property
+    def W(self) -> np.ndarray:
+        """The product ``W = K Qᵀ`` at every recorded step: (R, B, d, d_z)."""
+        return self.K @ np.swapaxes(self.Q, -1, -2)
+
+    @property
+    def final(self) -> np.ndarray:
+        """Last recorded product ``K Qᵀ``: (B, d, d_z)."""
+        return self.K[-1] @ np.swapaxes(self.Q[-1], -1, -2)
+
+    @property
+    def norm(self) -> np.ndarray:
+        """``‖K Qᵀ‖_F``: (R, B)."""
+        return np.linalg.norm(self.W, axis=(-2, -1))
+
+
+def kq_init(B: int, d: int, d_z: int, m: int | None = None, seed=0) -> tuple[np.ndarray, np.ndarray]:
+    """Random factors as torch's ``nn.Linear`` draws them (the official [TFSVM] code's start).
+
+    Entries uniform in ``±1/√d``. Returns ``K0`` (B, d, m) and ``Q0`` (B, d_z, m), ``m = d`` by default.
+
+    >>> K0, Q0 = kq_init(3, 4, 4, m=2, seed=0)
+    >>> K0.shape, Q0.shape, bool(np.abs(K0).max() <= 0.5)
+    ((3, 4, 2), (3, 4, 2), True)
+    """
+    m = d if m is None else m
+    if min(B, d, d_z, m) < 1:
+        raise ValueError(f"B, d, d_z and m must be positive, got {(B, d, d_z, m)}")
+    rng = np.random.default_rng(seed)
+    bound = 1.0 / np.sqrt(d)
+    return rng.uniform(-bound, bound, size=(B, d, m)), rng.uniform(-bound, bound, size=(B, d_z, m))
+
+
+def _factor_batch(prob, K0, Q0):
+    """Validate ``K0``, ``Q0`` against the problem; return (B, d, m), (B, d_z, m) copies."""
+    if len(prob.shape) != 2:
+        raise ValueError(f"train_kq needs a matrix parameter W (self-attention), got parameter shape {prob.shape}")
+    d, d_z = prob.shape
+    K, Q = np.array(K0, dtype=float), np.array(Q0, dtype=float)
+    stacked = isinstance(prob, ProblemStack)
+    if K.ndim == 2 and Q.ndim == 2:
+        K, Q = K[None], Q[None]
+        if stacked:
+            K, Q = np.repeat(K, prob.S, 0), np.repeat(Q, prob.S, 0)
+    if K.ndim != 3 or Q.ndim != 3 or K.shape[0] != Q.shape[0] or K.shape[1] != d or Q.shape[1] != d_z:
+        raise ValueError(f"K0 must have shape ([B,] {d}, m) and Q0 ([B,] {d_z}, m), got {K.shape} and {Q.shape}")
+    if K.shape[2] != Q.shape[2]:
+        raise ValueError(f"K0 and Q0 must share the width m, got {K.shape[2]} and {Q.shape[2]}")
+    if stacked and K.shape[0] != prob.S:
+        raise ValueError(f"a stack of {prob.S} problems needs {prob.S} initialisations, got {K.shape[0]}")
+    if not (np.all(np.isfinite(K)) and np.all(np.isfinite(Q))):
+        raise ValueError("K0 and Q0 must be finite")
+    return K, Q
+
+
+def train_kq(
+    prob: TokenSelectionProblem | ProblemStack,
+    K0,
+    Q0,
+    steps: int,
+    method: str = "ngd",
+    lr: float = 0.1,
+    normalize: str = "joint",
+    record_every: int = 1,
+    record_steps=None,
+) -> FactorTrajectory:
+    """GD, NGD or Polyak on the factors ``(K, Q)`` of ``W = K Qᵀ`` (self-attention, [TFSVM]).
+
+    The gradient in ``W`` comes from the problem's public ``scaled_grad`` (``∇_W L = exp(s)·g``,
+    exact at saturation) and goes through :func:`attnlib.model.factor_grad`. Moves:
+
+    - ``"gd"``: ``(K, Q) ← (K, Q) − η (∇_K L, ∇_Q L)``;
+    - ``"ngd"``: ``normalize="joint"`` divides by ``‖(∇_K L, ∇_Q L)‖``; ``"separate"`` normalises
+      each factor by its own gradient norm, as the official [TFSVM] code does;
+    - ``"polyak"``: ``η (L − L*)/‖∇_{K,Q} L‖²`` times the gradient (``L*`` the loss floor).
+
+    A trajectory stops (reason recorded) when a value turns non-finite or the gradient is exactly 0.
+
+    Args:
+        prob: a self-attention problem (parameter (d, d_z)), or a stack of S of them (one trajectory each).
+        K0: (d, m) or (B, d, m) (B = S for a stack).  Q0: (d_z, m) or (B, d_z, m).  ``m < d`` caps the rank.
+        steps, lr, record_every, record_steps: as in :func:`attnlib.train`.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.random_tokens(4, 5, 6, seed=0, queries="cross")
+    >>> K0, Q0 = kq_init(2, 6, 6, m=3, seed=1)
+    >>> traj = train_kq(prob, K0, Q0, steps=20)
+    >>> traj.W.shape, int(np.linalg.matrix_rank(traj.final[0]))
+    ((21, 2, 6, 6), 3)
+    """
+    rule = step_rule(method)
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {list(NORMALIZATIONS)}, got {normalize!r}")
+    check_schedule(steps, lr, 1)
+    K, Q = _factor_batch(prob, K0, Q0)
+    B = K.shape[0]
+    record = record_schedule(steps, record_every, record_steps)
+    R = len(record)
+    out_K, out_Q = np.empty((R,) + K.shape), np.empty((R,) + Q.shape)
+    out_loss, out_gap, out_gn, out_sec = np.empty((R, B)), np.empty((R, B)), np.empty((R, B)), np.empty(R)
+    start = time.perf_counter()
+    safe = lambda x: np.where(x > 0, x, 1.0)[:, None, None]  # noqa: E731
+
+    def observe(recording):
+        W = K @ np.swapaxes(Q, 1, 2)
+        terms = prob.terms_from_flat(W.reshape(B, -1))  # the AttentionProblem protocol: W is valid here
+        log_scale, gW = prob.scaled_grad_from(terms, batch=(B,))
+        gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
+        nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
+        g_norm = np.sqrt(nK**2 + nQ**2)
+        log_gap = prob.log_gap_from(terms) if (recording or rule.needs_loss) else None
+        return terms, log_scale, gK, gQ, nK, nQ, g_norm, log_scale + np.log(g_norm), log_gap
+
+    def write(r, seen):
+        terms, log_gn, log_gap = seen[0], seen[7], seen[8]
+        out_K[r], out_Q[r], out_gap[r], out_gn[r] = K, Q, log_gap, log_gn
+        out_loss[r] = np.mean(prob.loss.value(terms.output), axis=-1)
+        out_sec[r] = time.perf_counter() - start
+
+    def move(seen, loop):
+        _, log_scale, gK, gQ, nK, nQ, g_norm, log_gn, log_gap = seen
+        loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
+        if method == "ngd" and normalize == "separate":
+            mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
+            mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
+        else:
+            length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
+            unit = 1.0 / safe(g_norm)
+            mK, mQ = length[:, None, None] * gK * unit, length[:, None, None] * gQ * unit
+        return mK, mQ
+
+    # Overflow and log(0) are detected in move() and stop the run; one errstate for the whole loop.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        stopped = _descend([K, Q], record, observe, write, move)
+    return FactorTrajectory(
+        K=out_K,
+        Q=out_Q,
+        steps=record,
+        loss=out_loss,
+        log_gap=out_gap,
+        log_grad_norm=out_gn,
+        stopped=stopped,
+        method=method,
+        lr=float(lr),
+        normalize=normalize,
+        seconds=out_sec,
+    )
+
+
+def train_problems(
+    problems,
+    theta0,
+    steps: int,
+    method: str = "ngd",
+    lr=0.1,
+    record_steps=None,
+    reduce: bool | None = None,
+    max_tile: int = 4,
+) -> list:
+    """One trajectory per ``(problem, start)`` pair, in as few batched calls of :func:`attnlib.train` as allowed.
+
+    Problems with the same ``T`` and loss, whose sample counts all divide the largest one ``N``, are
+    trained as ONE :class:`attnlib.ProblemStack`: each is tiled ``N/n`` times, which leaves its loss
+    ``(1/n)Σ_i ℓ_i`` and gradient unchanged (up to rounding). With ``reduce`` (default: when the
+    parameter shapes differ or some problem has self-attention's rank-one features, which a stack
+    would expand to ``d²`` dense ones) each problem is first rewritten in an orthonormal basis of the
+    span of its feature differences (:func:`attnlib.model.reduce_to_span`, padded to the largest rank):
+    every gradient lies in that span, and the part of a start outside it shifts all logits of a
+    sample equally, so it is carried unchanged and added back. Other problems are trained one by
+    one, every start of a problem in one batch. Tiling costs compute, so problems are grouped by
+    sample count, each group's largest ``n`` at most ``max_tile`` times its smallest, one stack per group.
+
+    Args: ``problems`` a list of problems, ``theta0`` a matching list of starts (``prob.shape``),
+    ``steps``, ``method``, ``lr`` as in :func:`attnlib.train`; ``record_steps`` (default: the last).
+    Returns a list of (R, *shape) recorded parameters, one per pair.
+
+    >>> import numpy as np, attnlib as al
+    >>> data = al.datasets.digit_patches(n=8, seed=0)
+    >>> v = al.experiments.real_tokens.fit_patch_head(data.X, data.y)
+    >>> a, b = (al.prompt_attention(data.X[:n], data.y[:n], v) for n in (2, 8))
+    >>> out = train_problems([a, b], [np.zeros(a.shape)] * 2, 50, record_steps=[0, 50])
+    >>> [o.shape for o in out]
+    [(2, 20), (2, 20)]
+    """
+
+    problems, theta0 = list(problems), [np.asarray(t, float) for t in theta0]
+    if len(problems) != len(theta0) or not problems:
+        raise ValueError(f"give one start per problem, got {len(problems)} problems and {len(theta0)} starts")
+    for p, t in zip(problems, theta0):
+        if t.shape != p.shape:
+            raise ValueError(f"a start must have its problem's shape {p.shape}, got {t.shape}")
+    record = [steps] if record_steps is None else record_steps
+    if reduce is None:
+        reduce = any(p.factors is not None or p.shape != problems[0].shape for p in problems)
+    groups = []  # sample counts, ascending; a group's counts divide its largest, within max_tile of its smallest
+    for n in sorted({p.n for p in problems}):
+        if groups and n <= max_tile * groups[-1][0] and all(n % m == 0 for m in groups[-1]):
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    if len(groups) > 1:
+        out = [None] * len(problems)
+        for group in groups:
+            members = [j for j, p in enumerate(problems) if p.n in group]
+            parts = train_problems(
+                [problems[j] for j in members],
+                [theta0[j] for j in members],
+                steps,
+                method,
+                lr,
+                record,
+                reduce,
+                max_tile,
+            )
+            for j, theta in zip(members, parts):
+                out[j] = theta
+        return out
+    N, first = max(p.n for p in problems), problems[0]
+    unique = {id(p): p for p in problems}
+    same = all(p.factors is None and p.shape == first.shape for p in problems)
+    stackable = all((p.T, p.loss.name) == (first.T, first.loss.name) and N % p.n == 0 for p in problems)
+    if stackable and len(problems) > 1 and (reduce or same):
+        reduced = {key: reduce_to_span(p) for key, p in unique.items()} if reduce else {}
+        size = max((r.rank for r in reduced.values()), default=0)
+        tiled, starts, outside = {}, [], []
+        for key, p in unique.items():
+            A = np.asarray(reduced[key].problem.A if reduce else p.A)
+            if reduce:  # pad to the largest rank with zero features
+                A = np.concatenate([A, np.zeros(A.shape[:2] + (size - A.shape[2],))], axis=-1)
+            k = N // p.n
+            tiled[key] = token_selection(np.tile(A, (k,) + (1,) * (A.ndim - 1)), np.tile(p.gamma, (k, 1)), p.loss)
+        for p, t in zip(problems, theta0):
+            if not reduce:
+                starts.append(t)
+                continue
+            red = reduced[id(p)]
+            logits = p.logits(t)
+            c = red.coef.T @ (logits - logits[np.arange(p.n), p.opt][:, None]).ravel()  # ⟨b_r, θ0⟩
+            starts.append(np.concatenate([c, np.zeros(size - red.rank)]))
+            outside.append(t - red.lift(c))
+        stack = ProblemStack(tuple(tiled[id(p)] for p in problems))
+        run = train(stack, np.stack(starts), steps, method=method, lr=lr, record_steps=record, progress=False)
+        if not reduce:
+            return [run.theta[:, s] for s in range(len(problems))]
+        return [outside[s] + reduced[id(p)].lift(run.theta[:, s]) for s, p in enumerate(problems)]
+    out = [None] * len(problems)
+    groups = {}
+    for j, p in enumerate(problems):
+        groups.setdefault(id(p), []).append(j)
+    for members in groups.values():
+        p = problems[members[0]]
+        run = train(
+            p, np.stack([theta0[j] for j in members]), steps, method=method, lr=lr, record_steps=record, progress=False
+        )
+        for b, j in enumerate(members):
+            out[j] = run.theta[:, b]
+    return out

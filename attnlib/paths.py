@@ -28,51 +28,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
+from scipy.special import log_expit
 
 from .losses import Loss, get_loss
-from .model import Terms, TokenSelectionProblem, log_softmax, logsumexp
+from .model import NonlinearHeadAttention, TokenSelectionProblem, factor_grad, log_softmax, logsumexp, stack_problems
+from .svm import max_margin
 
 __all__ = [
-    "RegularizationPath",
-    "regularization_path",
-    "log_gap_grad",
-    "factor_grad",
-    "NonlinearHeadAttention",
-    "nonlinear_head",
     "OBJECTIVES",
     "PARAMETRIZATIONS",
-    "NORMS",
-    "parameter_norm",
-    "min_margin",
-    "margin_ratio",
-    "ray_margin_bound",
+    "RegularizationPath",
+    "log_gap_grad",
+    "check_radii",
+    "regularization_path",
     "direction_bound",
-    "ray_gap_excess",
     "cone_project",
     "selection_log_gap",
     "local_regularization_path",
-    "cone_margin_bound",
-    "admissible_cone_angle",
-    "cone_min_norm",
-    "LocalPathCase",
-    "local_path_case",
     "regularization_paths",
-    "CERTIFICATE_SLACK",
-    "uncertified",
-    "PathAgainstSVM",
-    "paths_against_svm",
-    "radius_table",
-    "local_path_table",
-    "MatrixPaths",
-    "matrix_paths",
+    "joint_log_gap",
+    "joint_log_loss",
+    "JointPath",
+    "joint_regularization_path",
 ]
+
 
 #: ``"auto"`` picks, per radius, the plain loss while ``(L − L*)/L ≥ switch_gap`` at every start,
 #: and ``log(L − L*)`` afterwards.
 OBJECTIVES = ("auto", "loss", "log_gap")
+
+
 #: ``"direct"``: θ itself in the ball ``‖θ‖_F ≤ R``. ``"kq"``: ``W = K Qᵀ`` with ``‖K‖²_F + ‖Q‖²_F ≤ 2R``.
 PARAMETRIZATIONS = ("direct", "kq")
 
@@ -134,9 +121,6 @@ class RegularizationPath:
         return np.sum(self.start_cosine > 1.0 - 1e-6, axis=1)
 
 
-# ---------------------------------------------------------------------- objectives and gradients
-
-
 def log_gap_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
     """``log(L − L*)`` and its gradient ``∇L/(L − L*)``, both computed in log space.
 
@@ -153,7 +137,7 @@ def log_gap_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
 
     >>> import numpy as np, attnlib as al
     >>> prob = al.datasets.single_input()
-    >>> f, g = al.log_gap_grad(prob, np.array([-100.0, 1000.0, 0.0]))
+    >>> f, g = log_gap_grad(prob, np.array([-100.0, 1000.0, 0.0]))
     >>> bool(np.exp(f) == 0.0), bool(np.all(np.isfinite(g))), bool(np.linalg.norm(g) > 0.1)
     (True, True, True)
     """
@@ -172,228 +156,6 @@ def _loss_grad(prob, theta) -> tuple[np.ndarray, np.ndarray]:
     f = np.mean(prob.loss.value(terms.output), axis=-1)
     m, g = prob.scaled_grad_from(terms, batch)
     return f, np.exp(m).reshape(np.shape(f) + (1,) * len(prob.shape)) * g
-
-
-def factor_grad(grad_W, K, Q) -> tuple[np.ndarray, np.ndarray]:
-    """Chain rule through ``W = K Qᵀ``: ``∇_K = ∇_W Q`` and ``∇_Q = ∇_Wᵀ K``.
-
-    Args:
-        grad_W: (*batch, d, d_z).  K: (*batch, d, m).  Q: (*batch, d_z, m).
-
-    >>> import numpy as np
-    >>> gK, gQ = factor_grad(np.ones((2, 3)), np.ones((2, 1)), np.ones((3, 1)))
-    >>> gK.ravel().tolist(), gQ.ravel().tolist()
-    ([3.0, 3.0], [2.0, 2.0, 2.0])
-    """
-    grad_W, K, Q = (np.asarray(a, float) for a in (grad_W, K, Q))
-    return grad_W @ Q, np.swapaxes(grad_W, -1, -2) @ K
-
-
-# ---------------------------------------------------------------------- a nonlinear head (reconstructed)
-
-
-@dataclass(frozen=True, eq=False)
-class NonlinearHeadAttention:
-    """Prompt attention with a nonlinear head after pooling: ``f(X) = h(Xᵀ σ(K p))`` (RECONSTRUCTED).
-
-    .. math::
-
-        h(x) = u^⊤ \\mathrm{relu}(V x), \\qquad \\bar x_i(p) = \\sum_t σ_{it}(p)\\, x_{it}, \\qquad
-        L(p) = \\frac1n \\sum_i ℓ\\big(y_i\\, h(\\bar x_i(p))\\big).
-
-    [MMTS] extends its regularization-path theorem to nonlinear heads; the exact statement could
-    not be checked, so this is a reconstruction: the optimal token of sample ``i`` is the one with
-    the best single-token score ``γ_it = y_i h(x_it)``, and the path should turn towards
-    ``p_mm`` of these tokens (:attr:`token_problem` gives that SVM). The floor
-    ``L* = (1/n) Σ_i ℓ(γ_i,opt)`` is the infimum only when no *mixture* of tokens beats the best
-    single one; with ``y_i = +1`` and ``u ≥ 0`` the head is convex, which guarantees it
-    (``h(x̄) ≤ Σ_t σ_t h(x_t) ≤ h(x_opt)``). The constructor checks that condition.
-
-    Attributes: ``X`` (n, T, d) tokens (the head's inputs), ``keys`` (n, T, k) logit features
-    (``K_i = X_i Wᵀ``), ``y`` (n,), ``V`` (h, d), ``u`` (h,), ``loss``. Parameter ``p``: (*batch, k).
-    It implements the :class:`attnlib.AttentionProblem` protocol, so :func:`attnlib.train` and
-    :func:`log_gap_grad` take it like a :class:`TokenSelectionProblem`.
-    """
-
-    X: np.ndarray
-    keys: np.ndarray
-    y: np.ndarray
-    V: np.ndarray
-    u: np.ndarray
-    loss: Loss
-
-    def __post_init__(self):
-        X = np.asarray(self.X, float)
-        keys = np.asarray(self.keys, float)
-        if X.ndim != 3 or keys.ndim != 3 or keys.shape[:2] != X.shape[:2]:
-            raise ValueError(f"X must be (n, T, d) and keys (n, T, k) with the same n, T; got {X.shape}, {keys.shape}")
-        V = np.asarray(self.V, float)
-        u = np.asarray(self.u, float)
-        if V.ndim != 2 or V.shape[1] != X.shape[2] or u.shape != (V.shape[0],):
-            raise ValueError(f"V must be (h, {X.shape[2]}) and u (h,), got {V.shape} and {u.shape}")
-        y = np.asarray(self.y, float)
-        if y.shape != (X.shape[0],) or not np.all(y == 1.0) or np.any(u < 0):
-            raise ValueError(
-                "this reconstruction needs labels y = +1 and a head u >= 0 (a convex head, so that no "
-                "mixture of tokens beats the best single token and L* is the infimum)"
-            )
-        for name, val in (("X", X), ("keys", keys), ("y", y), ("V", V), ("u", u)):
-            object.__setattr__(self, name, val)
-        object.__setattr__(self, "loss", get_loss(self.loss))
-        gamma = self.head(X) * y[:, None]
-        top2 = np.sort(gamma, axis=1)[:, -2:]
-        if np.any(top2[:, 1] == top2[:, 0]):
-            raise ValueError("the best single token must be unique in every sample")
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.keys.shape[2],)
-
-    @property
-    def n(self) -> int:
-        return self.X.shape[0]
-
-    def head(self, x) -> np.ndarray:
-        """``h(x) = uᵀ relu(V x)`` over the last axis of ``x``."""
-        return np.maximum(np.asarray(x, float) @ self.V.T, 0.0) @ self.u
-
-    @cached_property
-    def gamma(self) -> np.ndarray:
-        """Single-token scores ``γ_it = y_i h(x_it)``: (n, T)."""
-        return self.y[:, None] * self.head(self.X)
-
-    @cached_property
-    def opt(self) -> np.ndarray:
-        """The induced optimal tokens ``argmax_t y_i h(x_it)``: (n,)."""
-        return np.argmax(self.gamma, axis=1)
-
-    @cached_property
-    def token_problem(self) -> TokenSelectionProblem:
-        """Same keys and single-token scores as a fixed-score problem: its ``max_margin`` is ``p_mm(opt)``."""
-        return TokenSelectionProblem(self.keys, self.gamma, self.loss)
-
-    @cached_property
-    def loss_floor(self) -> float:
-        return float(np.mean(self.loss.value(self.gamma[np.arange(self.n), self.opt])))
-
-    @property
-    def size(self) -> int:
-        return self.shape[0]
-
-    def flatten(self, p) -> tuple[np.ndarray, tuple[int, ...]]:
-        """Validate ``p`` (*batch, k): ``(p, batch)`` (the parameter is already a vector)."""
-        p = np.asarray(p, float)
-        if p.ndim < 1 or p.shape[-1] != self.shape[0]:
-            raise ValueError(f"p must have shape (*batch, {self.shape[0]}), got {p.shape}")
-        return p, p.shape[:-1]
-
-    def terms(self, p) -> Terms:
-        """The per-sample :class:`attnlib.Terms` at ``p`` (*batch, k)."""
-        return self.terms_from_flat(self.flatten(p)[0])
-
-    def terms_from_flat(self, p) -> Terms:
-        """``log σ`` (*batch, n, T), ``log δ_i`` and the outputs ``u_i`` (*batch, n) at ``p`` (*batch, k)."""
-        p, batch = self.flatten(p)
-        log_sigma = log_softmax(np.einsum("...k,itk->...it", p, self.keys), axis=-1)
-        idx = np.arange(self.n)
-        x_opt = self.X[idx, self.opt]  # (n, d)
-        # δ_i = x̄_i − x_opt = Σ_{t≠opt} σ_it (x_it − x_opt), carried as exp(M_i) · δ_scaled
-        others = np.where(np.arange(self.X.shape[1]) == self.opt[:, None], -np.inf, log_sigma)
-        M = np.max(others, axis=-1)  # (*batch, n)
-        w = np.exp(others - M[..., None])
-        dx = self.X - x_opt[:, None, :]
-        delta_s = np.einsum("...it,itd->...id", w, dx)
-        a = x_opt @ self.V.T  # (n, h) pre-activations at the optimal token
-        b_s = delta_s @ self.V.T  # (*batch, n, h)
-        scale = np.exp(M)[..., None]
-        # Δ_i = y_i (h(x_opt) − h(x̄_i)) ≥ 0. Where the move cannot flip a unit (saturated), the
-        # ReLU is linear and Δ = −e^M y uᵀ(D b_s), exact at any scale; else evaluate directly.
-        linear = np.all(scale * np.abs(b_s) < 1e-3 * np.abs(a), axis=-1)  # (*batch, n)
-        lin = -(self.y[:, None] * ((a > 0) * b_s)) @ self.u
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_lin = M + np.log(lin)
-            x_bar = x_opt + scale * delta_s
-            direct = self.y * (self.head(x_opt) - self.head(x_bar))
-            log_delta = np.where(linear, log_lin, np.log(direct))
-        out = self.gamma[idx, self.opt] - np.exp(log_delta)
-        return Terms(log_sigma, log_delta, out)
-
-    def value(self, p) -> np.ndarray:
-        """``L(p)``: (*batch,)."""
-        return np.mean(self.loss.value(self.terms(p).output), axis=-1)
-
-    def log_gap(self, p) -> np.ndarray:
-        """``log(L − L*)``, accurate where the gap underflows: (*batch,)."""
-        return self.log_gap_from(self.terms(p))
-
-    def log_gap_from(self, terms: Terms) -> np.ndarray:
-        """``log(L − L*)`` (*batch,) from the :class:`attnlib.Terms` of a batch."""
-        g_opt = self.gamma[np.arange(self.n), self.opt]
-        return logsumexp(self.loss.log_excess(g_opt, terms.log_delta), axis=-1, precise=True) - np.log(self.n)
-
-    def scaled_grad(self, p) -> tuple[np.ndarray, np.ndarray]:
-        """``∇L = exp(m) g``: ``(m (*batch,), g (*batch, k))``.
-
-        ``∇L = (1/n) Σ_i ℓ'(u_i) y_i Σ_t σ_it ⟨∇h(x̄_i), x_it − x̄_i⟩ k_it``, with
-        ``x_it − x̄_i`` measured from the most-attended token (no cancellation at saturation).
-        """
-        return self.scaled_grad_from(self.terms(p))
-
-    def scaled_grad_from(self, terms: Terms, batch=None) -> tuple[np.ndarray, np.ndarray]:
-        """``(m (*batch,), g (*batch, k))`` with ``∇L = exp(m) g`` from the :class:`attnlib.Terms`
-        of a batch (``batch``, accepted for the protocol, is read from the terms)."""
-        log_sigma, out = terms.log_sigma, terms.output
-        batch = log_sigma.shape[:-2]
-        ref = np.argmax(log_sigma, axis=-1)  # (*batch, n)
-        x_ref = np.take_along_axis(np.broadcast_to(self.X, batch + self.X.shape), ref[..., None, None], axis=-2)
-        dx = self.X - x_ref  # (*batch, n, T, d)
-        sig = np.exp(log_sigma)
-        x_bar_minus_ref = np.einsum("...it,...itd->...id", sig, dx)
-        x_bar = x_ref[..., 0, :] + x_bar_minus_ref
-        grad_h = ((x_bar @ self.V.T) > 0) * self.u @ self.V  # ∇h(x̄): (*batch, n, d)
-        c = (
-            np.einsum("...id,...itd->...it", grad_h, dx)
-            - np.einsum("...id,...id->...i", grad_h, x_bar_minus_ref)[..., None]
-        )
-        is_ref = np.arange(self.X.shape[1]) == ref[..., None]
-        with np.errstate(divide="ignore"):
-            log_abs = np.log(-self.loss.derivative(out))[..., None] + log_sigma + np.log(np.abs(c)) - np.log(self.n)
-        log_abs = np.where(is_ref, -np.inf, log_abs)
-        m = np.max(log_abs, axis=(-2, -1))
-        finite_m = np.where(np.isfinite(m), m, 0.0)
-        w = (self.y[:, None] * np.sign(c)) * np.exp(log_abs - finite_m[..., None, None])
-        k_ref = np.take_along_axis(np.broadcast_to(self.keys, batch + self.keys.shape), ref[..., None, None], axis=-2)
-        g = -np.einsum("...it,...itk->...k", w, self.keys - k_ref)
-        return m, g
-
-    def grad(self, p) -> np.ndarray:
-        """``∇L(p)``: (*batch, k)."""
-        m, g = self.scaled_grad(p)
-        return np.exp(m)[..., None] * g
-
-
-def nonlinear_head(X, V, u, W=None, y=None, loss: str | Loss = "logistic") -> NonlinearHeadAttention:
-    """[MMTS] nonlinear-head model ``f(X) = uᵀ relu(V Xᵀ softmax(X Wᵀ p))`` (RECONSTRUCTED).
-
-    Args:
-        X: (n, T, d) tokens.  V: (h, d), u: (h,) with ``u ≥ 0``: the head ``h(x) = uᵀ relu(Vx)``.
-        W: (k, d) key matrix (identity if None).  y: labels, all +1 (default).
-
-    >>> import numpy as np, attnlib as al
-    >>> rng = np.random.default_rng(0)
-    >>> model = al.nonlinear_head(rng.normal(size=(3, 3, 6)), rng.normal(size=(8, 6)), rng.uniform(size=8))
-    >>> model.shape, model.opt.shape
-    ((6,), (3,))
-    """
-    X = np.asarray(X, float)
-    if X.ndim != 3:
-        raise ValueError(f"X must be (n, T, d), got shape {X.shape}")
-    keys = X if W is None else X @ np.asarray(W, float).T
-    y = np.ones(X.shape[0]) if y is None else y
-    return NonlinearHeadAttention(X, keys, y, V, u, loss)
-
-
-# ---------------------------------------------------------------------- the batched ball solver
 
 
 def _project(x: np.ndarray, rho: float) -> np.ndarray:
@@ -465,9 +227,6 @@ def _ball_descent(
     return x, f, it, converged
 
 
-# ---------------------------------------------------------------------- the path
-
-
 def check_radii(radii) -> np.ndarray:
     """``radii`` as a non-empty, positive, finite, strictly increasing (N,) float array, or a ValueError.
 
@@ -481,9 +240,6 @@ def check_radii(radii) -> np.ndarray:
     if np.any(np.diff(r) <= 0):
         raise ValueError(f"radii must be strictly increasing (each radius warm-starts the next), got {r.tolist()}")
     return r
-
-
-_check_radii = check_radii  # the name used before check_radii was public
 
 
 def _check_count(name: str, value, minimum: int) -> None:
@@ -754,113 +510,6 @@ def regularization_path(
     )
 
 
-# ---------------------------------------------------------------------- the comparison with the SVM ray
-
-NORMS = ("fro", "nuc")
-
-
-def _features(prob) -> np.ndarray:
-    """Logit features ``A`` (n, T, *shape): the keys of a nonlinear-head model, ``prob.A`` otherwise."""
-    return prob.keys if isinstance(prob, NonlinearHeadAttention) else prob.A
-
-
-def parameter_norm(theta, norm: str = "fro", param_ndim: int = 1) -> np.ndarray:
-    """``‖θ‖_F`` (``"fro"``) or the nuclear norm ``‖θ‖_*`` (``"nuc"``) over the last ``param_ndim`` axes.
-
-    Args:
-        theta: (*batch, *shape) with ``len(shape) == param_ndim`` (2 for ``"nuc"``).
-
-    Returns (*batch,).
-
-    >>> float(parameter_norm(np.diag([3.0, 4.0]), "fro", 2)), float(parameter_norm(np.diag([3.0, 4.0]), "nuc", 2))
-    (5.0, 7.0)
-    """
-    theta = np.asarray(theta, float)
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {list(NORMS)}, got {norm!r}")
-    if param_ndim < 1 or theta.ndim < param_ndim or (norm == "nuc" and param_ndim != 2):
-        raise ValueError(f"cannot take the {norm!r} norm over {param_ndim} trailing axes of shape {theta.shape}")
-    if norm == "nuc":
-        return np.sum(np.linalg.svd(theta, compute_uv=False), axis=-1)
-    return np.sqrt(np.sum(theta**2, axis=tuple(range(-param_ndim, 0))))
-
-
-def min_margin(prob, theta) -> np.ndarray:
-    """Smallest token margin ``m(θ) = min_{i, t≠opt_i} ⟨θ, A_{i,opt_i} − A_it⟩`` (ATT-SVM constraints): (*batch,).
-
-    ``θ/m(θ)`` is feasible for the SVM whenever ``m(θ) > 0``. ``prob``: a
-    :class:`TokenSelectionProblem` or a :class:`NonlinearHeadAttention` (its keys and induced ``opt``).
-    """
-    A = _features(prob)
-    n, T = A.shape[:2]
-    shape = A.shape[2:]
-    theta = np.asarray(theta, float)
-    batch = theta.shape[: theta.ndim - len(shape)]
-    flat = theta.reshape(batch + (-1,))
-    logits = np.einsum("...k,itk->...it", flat, A.reshape(n, T, -1))
-    opt = np.asarray(prob.opt)
-    diff = logits[..., np.arange(n), opt][..., None] - logits
-    return np.min(np.where(np.arange(T) != opt[:, None], diff, np.inf), axis=(-2, -1))
-
-
-def margin_ratio(prob, theta, theta_mm, norm: str = "fro") -> np.ndarray:
-    """Normalised margin of ``θ`` against the SVM's: ``ρ(θ) = m(θ)/‖θ‖ · ‖θ_mm‖`` (in ``norm``): (*batch,).
-
-    ``θ_mm`` is the max-margin solution in the same norm (margin ``1/‖θ_mm‖``), so ``ρ ≤ 1`` for every
-    ``θ``, with equality on the SVM ray only (for ``"fro"``; the nuclear SVM need not be unique).
-    """
-    theta, theta_mm = np.asarray(theta, float), np.asarray(theta_mm, float)
-    k = theta_mm.ndim
-    return min_margin(prob, theta) / parameter_norm(theta, norm, k) * float(parameter_norm(theta_mm, norm, k))
-
-
-def ray_margin_bound(prob, theta_mm, radii, norm: str = "fro") -> np.ndarray:
-    """Lower bound on the margin ratio ``ρ(θ̄(R))`` of any ``θ̄`` in the ``R``-ball that is no worse than the ray.
-
-    Let ``θ_R = R θ_mm/‖θ_mm‖`` (the SVM ray: every margin ``≥ R/‖θ_mm‖``) and ``θ̄`` with
-    ``‖θ̄‖ ≤ R`` and ``L(θ̄) ≤ L(θ_R)`` (true for the minimiser over the ball). For a convex decreasing
-    loss, ``L − L* ≥ (1/n) |ℓ'(γ_i,opt)| (γ_i,opt − γ_it) σ_it`` for every ``(i, t)``; at the pair
-    with the smallest margin ``m = m(θ̄)``, ``σ_it ≥ 1/(e^m + T − 1)``. Hence, with
-    ``w = min_{i,t≠opt} |ℓ'(γ_i,opt)| (γ_i,opt − γ_it)/n``,
-
-    .. math::
-
-        m(\\bar θ) \\ge m_{lo}(R) = \\log\\Big(\\frac{w}{\\mathcal L(θ_R) - \\mathcal L_\\star} - (T-1)\\Big),
-        \\qquad ρ(\\bar θ(R)) \\ge \\frac{m_{lo}(R)\\, ‖θ_{mm}‖}{R}.
-
-    ``L(θ_R) − L* ≈ c e^{−R/‖θ_mm‖}``, so the bound is ``1 − O(1/R)``: the argument of the
-    regularization-path theorem of [MMTS] made quantitative. For a nonlinear head with a convex
-    ``h`` (:class:`NonlinearHeadAttention`) the same bound holds with the single-token scores (Jensen).
-
-    Args:
-        prob: :class:`TokenSelectionProblem` or :class:`NonlinearHeadAttention`.
-        theta_mm: (*shape) the SVM solution in ``norm``.  radii: (N,).  norm: ``"fro"`` or ``"nuc"``.
-
-    Returns ``ρ_lo`` (N,); ``-inf`` where the bound is vacuous (the argument of the log is ``≤ 0``).
-
-    >>> import numpy as np, attnlib as al
-    >>> prob = al.datasets.single_input()
-    >>> lo = al.ray_margin_bound(prob, al.max_margin(prob).theta, [10.0, 100.0, 1000.0])
-    >>> bool(lo[0] < lo[1] < lo[2] < 1), bool(lo[2] > 0.99)
-    (True, True)
-    """
-    r = check_radii(radii)
-    theta_mm = np.asarray(theta_mm, float)
-    scale = float(parameter_norm(theta_mm, norm, theta_mm.ndim))
-    ray = r.reshape((-1,) + (1,) * theta_mm.ndim) * (theta_mm / scale)
-    gamma = np.asarray(prob.gamma, float)
-    n, T = gamma.shape
-    g_opt = gamma[np.arange(n), prob.opt]
-    slope = -prob.loss.derivative(g_opt)  # |ℓ'(γ_opt)|, > 0 for a decreasing loss
-    w = np.min(np.where(np.arange(T) != prob.opt[:, None], slope[:, None] * (g_opt[:, None] - gamma), np.inf)) / n
-    # m_lo = log(w e^{-g} − (T−1)) in log space (e^{-g} overflows for g = log(L − L*) < −709)
-    head = np.log(w) - prob.log_gap(ray)
-    frac = (T - 1) * np.exp(-head)  # (T−1)/(w e^{-g}); < 1 where the bound is not vacuous
-    with np.errstate(divide="ignore", invalid="ignore"):
-        m_lo = np.where(frac < 1, head + np.log1p(-np.minimum(frac, 1.0)), -np.inf)
-    return m_lo * scale / r
-
-
 def direction_bound(rho) -> np.ndarray:
     """``1 − cos(θ, θ_mm) ≤ 1/ρ² − 1`` for the Frobenius (Euclidean) SVM, given the margin ratio ``ρ > 0``.
 
@@ -874,29 +523,6 @@ def direction_bound(rho) -> np.ndarray:
     rho = np.asarray(rho, float)
     with np.errstate(divide="ignore"):
         return np.where(rho > 0, 1.0 / np.where(rho > 0, rho, 1.0) ** 2 - 1.0, np.inf)
-
-
-def ray_gap_excess(prob, path: RegularizationPath, theta_mm, norm: str = "fro") -> np.ndarray:
-    """How far the path's solutions beat the SVM ray: ``log(L(θ_R) − L*) − log(L(θ̄(R)) − L*)``, (N,).
-
-    ``θ_R = R θ_mm/‖θ_mm‖`` (``norm``: ``"fro"`` for a direct path, ``"nuc"`` for a ``"kq"`` path,
-    whose ball is ``‖W‖_* ≤ R``) lies in the ball, so the true minimiser has a value ``≥ 0``; a negative
-    value means the search stopped at a worse point, and :func:`ray_margin_bound` does not apply to it.
-
-    >>> import numpy as np, attnlib as al
-    >>> prob = al.datasets.single_input(local=True)
-    >>> sol = al.max_margin(prob)
-    >>> path = al.regularization_path(prob, [10.0, 100.0], n_starts=2)
-    >>> bool(np.all(al.ray_gap_excess(prob, path, sol.theta) >= 0))
-    True
-    """
-    theta_mm = np.asarray(theta_mm, float)
-    unit = theta_mm / float(parameter_norm(theta_mm, norm, theta_mm.ndim))
-    ray = path.radii.reshape((-1,) + (1,) * theta_mm.ndim) * unit
-    return prob.log_gap(ray) - path.log_gap
-
-
-# ---------------------------------------------------------------------- the local path: ball ∩ cone
 
 
 def cone_project(x, direction, mu: float, rho: float | None = None) -> np.ndarray:
@@ -1078,7 +704,6 @@ def local_regularization_path(
     >>> bool(err[-1] < 1e-6 and np.allclose(path.norm, path.radii))
     True
     """
-    from .svm import max_margin
 
     if not isinstance(prob, TokenSelectionProblem):
         raise ValueError(f"prob must be a TokenSelectionProblem, got {type(prob).__name__}")
@@ -1137,296 +762,6 @@ def local_regularization_path(
     )
 
 
-def _cone_geometry(prob: TokenSelectionProblem, select, theta_mm):
-    """Per-token quantities of the cone bounds: ``d = A_iα − A_it`` norms, angles to the axis, lower/higher masks."""
-    sel = np.asarray(select, int)
-    n, T = prob.n, prob.T
-    A = np.asarray(prob.A, float).reshape(n, T, -1)
-    d = A[np.arange(n), sel][:, None, :] - A
-    dn = np.linalg.norm(d, axis=-1)
-    u = np.asarray(theta_mm, float).ravel()
-    u = u / np.linalg.norm(u)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        phi = np.arccos(np.clip((d @ u) / dn, -1.0, 1.0))
-    gamma = np.asarray(prob.gamma, float)
-    g_sel = gamma[np.arange(n), sel]
-    others = np.arange(T) != sel[:, None]
-    lower = others & (gamma < g_sel[:, None])
-    higher = others & (gamma > g_sel[:, None])
-    return sel, dn, phi, gamma, g_sel, others, lower, higher
-
-
-def admissible_cone_angle(prob: TokenSelectionProblem, select, theta_mm) -> float:
-    """Largest cone half-angle ``β`` around ``θ_mm(α)`` inside which the local path bound applies.
-
-    Two conditions on every direction ``v`` of the cone: ``α`` wins every sample (``⟨v, d_it⟩ > 0``,
-    ``d_it = A_iα − A_it``), and every token scoring *above* ``α_i`` keeps a normalised margin above
-    the SVM's, ``⟨v, d_it⟩ > 1/‖θ_mm(α)‖``: then, at a large norm, the excess ``L − L_α`` is dominated
-    by the lower-scoring SVM-neighbours and its minimiser is pulled to the axis. With ``φ_it`` the
-    angle of ``d_it`` to the axis, ``β = min(min_t (π/2 − φ_it), min_{higher} (arccos(1/(‖θ_mm‖‖d_it‖)) − φ_it))``.
-    Positive for every locally-optimal ``α`` (the higher tokens are not neighbours, so
-    ``⟨θ_mm, d_it⟩ > 1``); ``0.0`` when ``α`` is not locally optimal (a neighbour does not score lower).
-
-    >>> import numpy as np, attnlib as al
-    >>> prob = al.datasets.single_input(local=True)
-    >>> round(float(np.degrees(admissible_cone_angle(prob, [1], [1.0, 0.0, 0.0]))), 2)
-    5.45
-    """
-    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
-    nrm = float(np.linalg.norm(theta_mm))
-    A = np.asarray(prob.A, float).reshape(prob.n, prob.T, -1)
-    d = A[np.arange(prob.n), sel][:, None, :] - A
-    values = d @ np.asarray(theta_mm, float).ravel()
-    neighbours = others & (np.abs(values - 1.0) <= 1e-6 * np.maximum(1.0, np.abs(values)))
-    if not np.all(~neighbours | lower):
-        return 0.0
-    beta = np.min(np.pi / 2 - phi[others])
-    if higher.any():
-        beta = min(beta, np.min(np.arccos(np.clip(1.0 / (nrm * dn[higher]), -1.0, 1.0)) - phi[higher]))
-    return float(max(beta, 0.0))
-
-
-def cone_min_norm(prob: TokenSelectionProblem, select, theta_mm, mu: float) -> float:
-    """Inner radius ``R_0`` of the cone beyond which the excess ``L − L_α`` is positive (locally-optimal ``α``).
-
-    In the notation of :func:`cone_margin_bound`, ``E(θ) ≥ e^{−m}(w/T − Σ_higher a_it e^{−m(‖θ_mm‖ c_it − 1)})``
-    with ``m`` the smallest lower-token margin of ``θ``; in the cone ``m ≥ ‖θ‖ c_low``,
-    ``c_low = min_lower ‖d_it‖ cos(φ_it + β)``. ``m*`` is where the sum falls to half of ``w/T`` (it
-    decreases in ``m``, every ``‖θ_mm‖ c_it > 1`` in an admissible cone), and ``R_0 = m*/c_low``: on
-    ``‖θ‖ ≥ R_0`` the excess is at least half its leading term. ``inf`` when the cone is wider than
-    :func:`admissible_cone_angle` (or ``α`` is not locally optimal).
-
-    >>> import numpy as np, attnlib as al
-    >>> prob = al.datasets.single_input(local=True)
-    >>> bool(0 <= cone_min_norm(prob, [1], [1.0, 0.0, 0.0], 0.001) < 100)
-    True
-    """
-    theta_mm = np.asarray(theta_mm, float)
-    beta = np.arccos(1.0 - mu)
-    if beta > admissible_cone_angle(prob, select, theta_mm):
-        return float("inf")
-    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
-    if not higher.any():
-        return 0.0
-    n, T = prob.n, prob.T
-    nrm = float(np.linalg.norm(theta_mm))
-    c = dn * np.cos(np.minimum(phi + beta, np.pi))
-    slope = -prob.loss.derivative(g_sel)
-    w = np.min(np.where(lower, slope[:, None] * (g_sel[:, None] - gamma), np.inf)) / n
-    a = (slope[:, None] * (gamma - g_sel[:, None]) / n)[higher]
-    rate = c[higher] * nrm - 1.0
-
-    def ratio(m):
-        return float(np.sum(a * np.exp(-m * rate)) * T / w)
-
-    if ratio(0.0) <= 0.5:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while ratio(hi) > 0.5:
-        hi *= 2.0
-        if hi > 1e15:  # a rate at 0 (the cone at the admissible angle): no finite R_0
-            return float("inf")
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ratio(mid) > 0.5 else (lo, mid)
-    c_low = np.min(c[lower])
-    return float(hi / c_low)
-
-
-def cone_margin_bound(
-    prob: TokenSelectionProblem, select, theta_mm, radii, mu: float, min_norm: float, grid: int = 2001
-) -> np.ndarray:
-    """Lower bound on the margin ratio ``ρ_α(θ̄_α(R))`` of the local path (:func:`local_regularization_path`).
-
-    The cone analogue of :func:`ray_margin_bound`, for a locally-optimal ``α`` and a cone no wider
-    than :func:`admissible_cone_angle`. Let ``θ_R = R θ_mm(α)/‖θ_mm(α)‖`` (in the cone and the ball, so
-    ``E(θ̄) ≤ E(θ_R)`` with ``E = L − L_α``). Split the tokens into *lower* (``γ_it < γ_iα``) and *higher*
-    (``γ_it > γ_iα``). By convexity of ``ℓ``, ``E ≥ (1/n) Σ_i |ℓ'(γ_iα)| δ_i``. Let ``m`` be the smallest
-    margin of ``θ̄`` over lower tokens; all margins are ``≥ 0`` in the cone, so that token has
-    ``σ ≥ e^{−m}/T``. The SVM of the lower tokens alone is ``θ_mm(α)`` (its active constraints are all
-    lower), so ``m ≤ ‖θ̄‖/‖θ_mm‖``; a higher token has ``σ ≤ e^{−‖θ̄‖ c_it} ≤ e^{−m ‖θ_mm‖ c_it}`` with
-    ``c_it = min_{v ∈ cone} ⟨v, d_it⟩ = ‖d_it‖ cos(φ_it + β)``. Hence ``F(m) ≤ E(θ_R)`` with
-
-    .. math::
-
-        F(m) = \\frac{w}{T} e^{-m} - \\sum_{\\text{higher}} a_{it}\\, e^{-m ‖θ_{mm}‖ c_{it}},\\quad
-        w = \\min_{\\text{lower}} \\tfrac{|ℓ'(γ_{iα})| (γ_{iα} - γ_{it})}{n},\\;
-        a_{it} = \\tfrac{|ℓ'(γ_{iα})| (γ_{it} - γ_{iα})}{n},
-
-    With the inner radius ``R_0`` of the path (``min_norm``, at least :func:`cone_min_norm`), every
-    feasible point has ``m ≥ m_0 = R_0 c_low`` and ``F > 0`` there, so
-    ``m ≥ m_lo(R) = inf{m ≥ m_0 : F(m) ≤ E(θ_R)}`` (bracketed on a grid, then bisected; ``F`` is
-    unimodal). The margin ratio over all tokens is ``ρ ≥ min(m_lo ‖θ_mm‖/R, ‖θ_mm‖ min_higher c_it)`` (``‖θ̄‖ ≤ R``), and
-    :func:`direction_bound` gives ``1 − cos(θ̄_α(R), θ_mm(α)) ≤ 1/ρ² − 1``.
-
-    Returns ``ρ_lo`` (N,): ``-inf`` where the bound does not apply (``α`` not locally optimal, the cone
-    wider than :func:`admissible_cone_angle`, ``min_norm`` below :func:`cone_min_norm`, or ``E(θ_R) ≤ 0``).
-
-    >>> import numpy as np, attnlib as al
-    >>> prob = al.datasets.single_input(local=True)
-    >>> r0 = cone_min_norm(prob, [1], [1.0, 0.0, 0.0], 0.001)
-    >>> lo = cone_margin_bound(prob, [1], [1.0, 0.0, 0.0], [100.0, 1000.0], mu=0.001, min_norm=r0)
-    >>> bool(0.9 < lo[0] < lo[1] < 1)
-    True
-    """
-    r = check_radii(radii)
-    theta_mm = np.asarray(theta_mm, float)
-    nrm = float(np.linalg.norm(theta_mm))
-    out = np.full(len(r), -np.inf)
-    beta = np.arccos(1.0 - mu)
-    if beta > admissible_cone_angle(prob, select, theta_mm) or min_norm < cone_min_norm(prob, select, theta_mm, mu):
-        return out
-    sel, dn, phi, gamma, g_sel, others, lower, higher = _cone_geometry(prob, select, theta_mm)
-    n, T = prob.n, prob.T
-    c = dn * np.cos(np.minimum(phi + beta, np.pi))
-    slope = -prob.loss.derivative(g_sel)
-    w = np.min(np.where(lower, slope[:, None] * (g_sel[:, None] - gamma), np.inf)) / n
-    a = (slope[:, None] * (gamma - g_sel[:, None]) / n)[higher]
-    rate = c[higher] * nrm
-    c_hi = np.min(c[higher]) if higher.any() else np.inf
-    ray = r[:, None] * (theta_mm.ravel() / nrm)
-    lg_R, s_R = selection_log_gap(prob, sel, ray.reshape((len(r),) + prob.shape))
-    for j, R in enumerate(r):
-        if s_R[j] <= 0:
-            continue
-        m0 = min_norm * np.min(c[lower])
-
-        def log_f(m):
-            m = np.atleast_1d(np.asarray(m, float))
-            neg = np.zeros_like(m)
-            if a.size:
-                neg = np.exp(np.log(a)[None, :] - m[:, None] * (rate[None, :] - 1.0) + np.log(T / w)).sum(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return np.where(neg < 1, np.log(w / T) - m + np.log1p(-np.minimum(neg, 1.0)), -np.inf)
-
-        # F is unimodal (F' is an exponential sum with one sign change) and positive from m0 on:
-        # F > E_R on [m0, m_lo); bracket the crossing on a grid, then bisect
-        m = np.linspace(m0, max(R / nrm, m0), grid)
-        below = np.flatnonzero(log_f(m) <= lg_R[j])
-        if below.size == 0:
-            continue
-        if below[0] == 0:
-            m_lo = m0
-        else:
-            lo, hi = m[below[0] - 1], m[below[0]]
-            for _ in range(80):
-                mid = 0.5 * (lo + hi)
-                lo, hi = (mid, hi) if log_f(mid)[0] > lg_R[j] else (lo, mid)
-            m_lo = lo
-        out[j] = min(m_lo * nrm / R, nrm * c_hi)
-    return out
-
-
-@dataclass(frozen=True, eq=False)
-class LocalPathCase:
-    """One selection's local regularization path and what the page predicts for it.
-
-    Attributes:
-        select: (n,) the selection ``α``.  theta_mm: ``θ_mm(α)``.
-        locally_optimal: from the SVM-neighbours (strict).  all_higher: every SVM-neighbour scores
-            strictly above ``α_i`` (the class the page predicts to leave its cone).
-        mu, min_norm: the cone's width and inner radius ``R_0``.  radii: (N,).
-        path: the :class:`RegularizationPath` over ball ∩ cone.
-        omc: (N,) ``1 − cos(θ̄_α(R), θ_mm(α))`` (NaN at the apex).
-        bound: (N,) :func:`direction_bound` of :func:`cone_margin_bound` (``inf`` where it does not apply).
-        resolved: the bound at the largest radius is below ``bound_target·μ`` (decided from the SVM ray
-            before the path is solved; if not, the cone constraint alone implies ``omc ≤ μ`` and a
-            direction check could not fail).
-        leave: ``max(omc/μ, 1 − ‖θ̄‖/R)`` at the largest radius: 1 on the cone's boundary or pinned at
-            ``R_0 ≪ R``, near 0 for a path that converges inside its cone.
-    """
-
-    select: tuple
-    theta_mm: np.ndarray
-    locally_optimal: bool
-    all_higher: bool
-    mu: float
-    min_norm: float
-    radii: np.ndarray
-    path: RegularizationPath
-    omc: np.ndarray
-    bound: np.ndarray
-    resolved: bool
-    leave: float
-
-
-def local_path_case(
-    prob: TokenSelectionProblem,
-    solution,
-    cone_fraction: float = 0.5,
-    trap_mu: float = 1e-3,
-    trap_min_norm: float = 1.0,
-    bound_target: float = 0.25,
-    max_radius: float = 1e9,
-    per_decade: int = 3,
-    n_starts: int = 2,
-    seed=0,
-) -> LocalPathCase:
-    """Solve the local regularization path of one feasible selection, with the page's cone and radii.
-
-    For a locally-optimal ``α``: half-angle ``cone_fraction·β_adm`` (:func:`admissible_cone_angle`),
-    inner radius :func:`cone_min_norm`, and radii ``R_0 + 10^{k/per_decade}`` up to the first power of
-    ten where the bound :func:`cone_margin_bound` is at most ``bound_target·μ`` (at most
-    ``max_radius``). Otherwise ``R_0 = trap_min_norm``, radii up to 1e5 and
-    ``μ = min(trap_mu, 1 − cos(cone_fraction·β_win))``, with ``β_win = min_t (π/2 − φ_it)`` the largest
-    half-angle of a cone in which ``α`` wins every sample.
-
-    Args:
-        solution: the :class:`attnlib.svm.MaxMarginSolution` of ``α`` (feasible).
-    """
-    sel = np.asarray(solution.select)
-    theta_mm = np.asarray(solution.theta, float)
-    g_sel = prob.gamma[np.arange(prob.n), sel][:, None]
-    lo_ok = bool(np.all(~solution.neighbors | (g_sel > prob.gamma)))
-    all_higher = bool(np.all(~solution.neighbors | (prob.gamma > g_sel)))
-    beta = admissible_cone_angle(prob, sel, theta_mm) if lo_ok else 0.0
-    resolved = False
-    if beta > 0:
-        mu = float(1.0 - np.cos(cone_fraction * beta))
-        r0 = cone_min_norm(prob, sel, theta_mm, mu)
-
-        def bound_at(top):
-            return direction_bound(cone_margin_bound(prob, sel, theta_mm, [r0 + 10.0**top], mu, r0))[0]
-
-        top = 2.0
-        while top < np.log10(max_radius) and bound_at(top) > bound_target * mu:
-            top += 1.0
-        top = min(top, np.log10(max_radius))
-        resolved = bool(bound_at(top) <= bound_target * mu)
-    else:  # a cone inside the region where α wins every sample (a tie plane inside it could hold the minimiser)
-        _, _, phi, _, _, others, _, _ = _cone_geometry(prob, sel, theta_mm)
-        region = float(np.min(np.pi / 2 - phi[others]))
-        mu, r0, top = float(min(trap_mu, 1.0 - np.cos(cone_fraction * region))), float(trap_min_norm), 5.0
-    radii = r0 + np.logspace(0.0, top, int(round(top * per_decade)) + 1)
-    path = local_regularization_path(
-        prob, sel, radii, mu, min_norm=r0, direction=theta_mm, n_starts=n_starts, seed=seed
-    )
-    flat = path.theta.reshape(len(radii), -1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        omc = 1.0 - (flat / np.linalg.norm(flat, axis=1, keepdims=True)) @ (theta_mm.ravel() / np.linalg.norm(theta_mm))
-    bound = np.full(len(radii), np.inf)
-    if beta > 0:
-        bound = direction_bound(cone_margin_bound(prob, sel, theta_mm, radii, mu, r0))
-    leave = float(max(np.nan_to_num(omc[-1] / mu, nan=1.0), 1.0 - path.norm[-1] / radii[-1]))
-    return LocalPathCase(
-        select=tuple(int(a) for a in sel),
-        theta_mm=theta_mm,
-        locally_optimal=lo_ok,
-        all_higher=all_higher,
-        mu=mu,
-        min_norm=r0,
-        radii=radii,
-        path=path,
-        omc=omc,
-        bound=bound,
-        resolved=resolved,
-        leave=leave,
-    )
-
-
-# ---------------------------------------------------------------------- many paths at once, against their SVM rays
-
-
 def regularization_paths(
     problems,
     radii,
@@ -1458,12 +793,11 @@ def regularization_paths(
 
     >>> import numpy as np, attnlib as al
     >>> probs = [al.datasets.multi_input(s, nonopt_scores=0.5) for s in (1, 2)]
-    >>> both = al.regularization_paths(probs, [1.0, 10.0], n_starts=2, seeds=[1, 2])
+    >>> both = regularization_paths(probs, [1.0, 10.0], n_starts=2, seeds=[1, 2])
     >>> alone = al.regularization_path(probs[1], [1.0, 10.0], n_starts=2, seed=2)
     >>> bool(np.allclose(both[1].theta, alone.theta, rtol=0, atol=1e-6))
     True
     """
-    from .model import stack_problems
 
     problems = list(problems)
     stack = stack_problems(problems)
@@ -1471,7 +805,7 @@ def regularization_paths(
     seeds = list(range(P)) if seeds is None else list(seeds)
     if len(seeds) != P:
         raise ValueError(f"seeds must hold one seed per problem ({P}), got {len(seeds)}")
-    r = _check_radii(radii)
+    r = check_radii(radii)
     if isinstance(n_starts, bool) or not isinstance(n_starts, (int, np.integer)) or n_starts < 0:
         raise ValueError(f"n_starts must be a non-negative integer, got {n_starts!r}")
     if objective not in OBJECTIVES:
@@ -1558,234 +892,230 @@ def regularization_paths(
     return out
 
 
-#: Slack of the certificate ``log(L(θ_R) − L*) − log(L(θ̄) − L*) ≥ −slack``: the log-gaps are accurate
-#: to about 1e-12, and the solver stops at a relative tolerance; see :func:`uncertified`.
-CERTIFICATE_SLACK = 1e-9
+def _log_loss(loss: Loss, u) -> np.ndarray:
+    """``log ℓ(u)`` without underflow, for the logistic and the exponential loss."""
+    u = np.asarray(u, float)
+    if loss.name == "exponential":
+        return -u
+    if loss.name != "logistic":
+        raise ValueError(f"the joint path needs the logistic or the exponential loss, got {loss.name!r}")
+    with np.errstate(over="ignore", divide="ignore"):
+        small = np.log(np.logaddexp(0.0, -np.minimum(u, 30.0)))
+        large = -u + np.log1p(-0.5 * np.exp(-np.maximum(u, 30.0)))
+    return np.where(u > 30.0, large, small)
 
 
-def uncertified(excess, slack: float = CERTIFICATE_SLACK) -> str | None:
-    """Why the SVM-ray bounds do not apply to a path's solution, or ``None`` when they do.
+def _log_abs_excess(loss: Loss, gamma, delta) -> tuple[np.ndarray, np.ndarray]:
+    """``log|ℓ(γ − δ) − ℓ(γ)|`` and its sign (that of ``δ``), for any sign and size of ``δ`` and ``γ``.
 
-    The bounds (:func:`ray_margin_bound`, :func:`direction_bound`) hold for any point of the ball no
-    worse than the SVM ray. A multi-start search of a non-convex problem is not certified to reach
-    the minimiser, so its solution is checked against that premise, from the losses alone, before
-    its direction or margin is looked at.
-
-    Args: ``excess``: the :func:`ray_gap_excess` at the radius of interest (a number).
-
-    >>> uncertified(0.3) is None, uncertified(-0.5)[:28]
-    (True, 'the multi-start search ended')
+    ``|δ| < 1e-8``: first order, ``log|ℓ'(γ)| + log|δ|``. ``γ > 30`` (logistic) or exponential:
+    ``ℓ(u) = e^{−u}`` to relative ``e^{−γ}``, so the excess is ``e^{−γ} expm1(δ)``. Otherwise the
+    direct difference (no cancellation for ``|δ| ≥ 1e-8`` and ``γ ≤ 30``).
     """
-    excess = float(excess)
-    if excess >= -slack:
-        return None
-    where = f"the multi-start search ended above the SVM ray's loss (log-gap excess {excess:.3g})"
-    return where + ": minimiser not certified"
+    gamma, delta = np.broadcast_arrays(np.asarray(gamma, float), np.asarray(delta, float))
+    sign = np.sign(delta)
+    ad = np.abs(delta)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_slope = np.log(-loss.derivative(gamma)) if loss.name == "exponential" else log_expit(-gamma)
+        first = log_slope + np.log(ad)
+        # log|expm1(δ)| for any δ: δ + log1p(−e^{−δ}) for large δ
+        log_em1 = np.where(
+            delta > 30.0,
+            delta + np.log1p(-np.exp(-np.minimum(delta, 700.0))),
+            np.log(np.abs(np.expm1(np.minimum(delta, 30.0)))),
+        )
+        tail = -gamma + log_em1
+        direct = np.log(np.abs(loss.value(gamma - delta) - loss.value(gamma)))
+    exp_like = (loss.name == "exponential") | (gamma > 30.0)
+    out = np.where(ad < 1e-8, first, np.where(exp_like, tail, direct))
+    return out, sign
+
+
+def joint_log_gap(X, y, keys, select, p, v, loss) -> tuple[np.ndarray, np.ndarray]:
+    """Signed excess of the joint loss over the floor of its selection at ``v``: ``L(p, v) − L_α(v)``.
+
+    ``L_α(v) = (1/n) Σ_i ℓ(γ_iα_i)`` with ``γ_it = y_i vᵀ x_it``: the loss when every input attends
+    to its selected token only. As in :func:`selection_log_gap`, with ``δ_i = Σ_t σ_it (γ_iα − γ_it)``
+    in signed log space; accurate where the excess is far below the float resolution of ``L``.
+
+    Args: ``X`` (*data, n, T, d), ``y`` (*data, n), ``keys`` (*data, n, T, d_k), ``select`` (*data, n),
+    ``p`` (*batch, d_k), ``v`` (*batch, d), with ``data`` broadcastable against ``batch`` (one data
+    set per batch member, or one for all).  Returns ``(log|L − L_α|, sign)``, each (*batch,).
+    """
+    loss = get_loss(loss)
+    n = X.shape[-3]
+    sel = np.asarray(select)
+    gamma = np.asarray(y)[..., None] * np.einsum("...d,...itd->...it", np.asarray(v, float), X)
+    g_sel = np.take_along_axis(gamma, np.broadcast_to(sel, gamma.shape[:-1])[..., None], axis=-1)[..., 0]
+    diff = g_sel[..., None] - gamma
+    log_sigma = log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), keys), axis=-1)
+    with np.errstate(divide="ignore"):
+        terms = np.where(diff == 0, -np.inf, log_sigma + np.log(np.abs(diff)))
+    log_delta, s_delta = logsumexp(terms, axis=-1, b=np.where(diff == 0, 1.0, np.sign(diff)), return_sign=True)
+    log_e, s_e = _log_abs_excess(loss, g_sel, s_delta * np.exp(np.minimum(log_delta, 700.0)))
+    # |δ| may underflow in exp(log_delta): the first-order branch then needs log_delta itself
+    with np.errstate(divide="ignore"):
+        log_slope = np.log(-loss.derivative(g_sel)) if loss.name == "exponential" else log_expit(-g_sel)
+    tiny = log_delta < np.log(1e-8)
+    log_e = np.where(tiny, log_slope + log_delta, log_e)
+    s_e = np.where(tiny, s_delta, s_e)
+    lg, sign = logsumexp(log_e, axis=-1, b=np.where(s_e == 0, 0.0, s_e), return_sign=True)
+    return lg - np.log(n), sign
+
+
+def joint_log_loss(X, y, keys, p, v, loss) -> np.ndarray:
+    """``log L(p, v)``, accurate where ``L`` underflows: (*batch,) (shapes as :func:`joint_log_gap`)."""
+    loss = get_loss(loss)
+    log_sigma = log_softmax(np.einsum("...k,...itk->...it", np.asarray(p, float), keys), axis=-1)
+    pooled = np.einsum("...it,...itd->...id", np.exp(log_sigma), X)
+    u = np.asarray(y) * np.einsum("...d,...id->...i", np.asarray(v, float), pooled)
+    return logsumexp(_log_loss(loss, u), axis=-1, precise=True) - np.log(X.shape[-3])
+
+
+def _angle_search(objective, N: int, grid: int, zoom: int, levels: int) -> np.ndarray:
+    """Global minimiser over the circle for each of ``N`` rows: ``objective(angles (N, M)) → (sign, key)``.
+
+    Lower sign first, then lower key (the sign is that of an excess whose log is ``|key|``: ordering
+    by ``(sign, sign·log|E|)`` orders by ``E``). A grid of ``grid`` angles, then ``levels`` zooms of
+    ``zoom`` points over ± one spacing around the best.
+    """
+    angles = np.broadcast_to(np.linspace(0.0, 2 * np.pi, grid, endpoint=False), (N, grid))
+    width = 2 * np.pi / grid
+    best = None
+    for level in range(levels + 1):
+        sign, key = objective(angles)
+        smin = np.min(sign, axis=1, keepdims=True)
+        k = np.where(sign == smin, key, np.inf)
+        idx = np.argmin(k, axis=1)
+        best = angles[np.arange(N), idx]
+        if level < levels:
+            angles = best[:, None] + np.linspace(-width, width, zoom)[None, :]
+            width = 2 * width / (zoom - 1)
+    return best
 
 
 @dataclass(frozen=True, eq=False)
-class PathAgainstSVM:
-    """A regularization path next to the SVM ray it should approach, and the bound between them.
+class JointPath:
+    """The joint regularization path ``(p̄, v̄)(R_p, R_v)`` of :func:`joint_regularization_path`.
 
-    Attributes:
-        problem: the problem (a :class:`TokenSelectionProblem` or :class:`NonlinearHeadAttention`).
-        svm: the Euclidean/Frobenius SVM of its optimal tokens (:func:`attnlib.max_margin`), solved to
-            status ``"optimal"``.
-        path: its :class:`RegularizationPath` (direct parametrization).
-        error: (N,) ``1 − cos(θ̄(R), θ_mm)``.
-        bound: (N,) ``B(R) = 1/ρ_lo(R)² − 1`` (:func:`direction_bound` of :func:`ray_margin_bound`),
-            computed from the problem and its SVM alone; ``inf`` where vacuous.
-        ray_excess: (N,) :func:`ray_gap_excess`, ``≥ −slack`` where the bound applies to the solution.
+    Attributes: ``radii_p`` (N,), ``radii_v`` (N,), ``p`` (*S, N, 2), ``v`` (*S, N, 2) the minimisers
+    on the spheres (``S``: data sets of a stack), ``rounds`` (*S, N) alternations used,
+    ``log_loss`` ``log L(p̄, v̄)``, ``log_gap`` / ``gap_sign`` the excess over the selection's floor
+    at ``v̄``, ``select``, ``unsettled``: some row still moved at the last alternation.
     """
 
-    problem: object
-    svm: object
-    path: RegularizationPath
-    error: np.ndarray
-    bound: np.ndarray
-    ray_excess: np.ndarray
+    radii_p: np.ndarray
+    radii_v: np.ndarray
+    p: np.ndarray
+    v: np.ndarray
+    rounds: np.ndarray
+    log_loss: np.ndarray
+    log_gap: np.ndarray
+    gap_sign: np.ndarray
+    select: np.ndarray
+    unsettled: bool
 
-    @property
-    def certified(self) -> bool:
-        """The solution at the largest radius is no worse than the SVM ray (:func:`uncertified`)."""
-        return uncertified(self.ray_excess[-1]) is None
 
+def joint_regularization_path(
+    X,
+    y,
+    select,
+    radii_p,
+    radii_v,
+    W=None,
+    loss: str = "logistic",
+    grid: int = 360,
+    zoom: int = 21,
+    levels: int = 10,
+    max_rounds: int = 8,
+    tol: float = 1e-10,
+) -> JointPath:
+    """Joint regularization path of [MMTS]: ``(p̄, v̄) = argmin L(p, v)`` over ``‖p‖ = R_p``, ``‖v‖ = R_v``.
 
-def paths_against_svm(problems, radii, n_starts: int = 8, seeds=None, **solver) -> list[PathAgainstSVM]:
-    """Solve each problem's SVM and regularization path, and compare them: one :class:`PathAgainstSVM` each.
+    For 2-D ``p`` and 2-D ``v`` (the paper's joint-training data): each parameter is an angle on its
+    circle, and the path alternates exact block minimisations, each a global search over its circle
+    (a grid of ``grid`` angles refined ``levels`` times), until neither angle moves by more than
+    ``tol`` rad (at most ``max_rounds`` alternations, recorded in ``rounds``):
 
-    Token-selection problems of equal sizes are solved in one batch (:func:`regularization_paths`); a
-    :class:`NonlinearHeadAttention` is solved alone, its SVM being that of its induced optimal tokens
-    (``token_problem``). A solver status other than ``"optimal"`` raises: an inaccurate SVM is never
-    counted as a result.
+    - ``v`` at fixed ``p``: minimise ``log L(p, v)`` (:func:`joint_log_loss`); the samples' losses
+      ``≈ e^{−R_v m_i}`` are large numbers in log space, no difference is formed;
+    - ``p`` at fixed ``v``: minimise ``L(p, v) − L_α(v)`` in signed log space
+      (:func:`joint_log_gap`): the part of the loss ``p`` can still change is far below the float
+      resolution of ``L`` once ``R_v`` is large (sample ``i`` weighs ``|ℓ'(γ_iα)| ≈ e^{−R_v m_i}``).
 
-    Args: ``problems`` (a sequence), ``radii`` (N,), ``seeds`` one per problem (default ``0, 1, ...``),
-    ``n_starts`` and ``solver`` (``max_iter``, ``tol``, ...) as :func:`regularization_path`.
+    The search is on the spheres: at the radii used the loss decreases outwards in both blocks
+    (the selected tokens win and are correctly classified), so the ball constraints are active.
+    Every radius, and every data set of a stack, is one row of a single batched search.
 
-    >>> import attnlib as al
-    >>> [c] = al.paths_against_svm([al.datasets.single_input(local=True)], [10.0, 100.0], n_starts=2)
-    >>> c.certified, bool(c.error[-1] <= c.bound[-1])
-    (True, True)
+    Args:
+        X: (n, T, 2) tokens, or (S, n, T, 2) a stack of data sets (same ``n``, ``T``).
+        y: (n,) or (S, n) labels.  select: (n,) or (S, n) the selected tokens ``α``.
+        radii_p, radii_v: (N,) the two radii (e.g. ``R_v = R_p^κ``).  W: (2, 2) keys ``k = W x``.
+
+    Returns :class:`JointPath` with ``p``, ``v`` of shape (N, 2), or (S, N, 2) for a stack.
     """
-    from .svm import max_margin
+    X = np.asarray(X, float)
+    stacked = X.ndim == 4
+    Xs = X if stacked else X[None]
+    S, n, T, d = Xs.shape
+    ys = np.broadcast_to(np.asarray(y, float), (S, n))
+    sels = np.broadcast_to(np.asarray(select), (S, n))
+    W = np.eye(d) if W is None else np.asarray(W, float)
+    keys = Xs @ W.T
+    if d != 2 or keys.shape[-1] != 2:
+        raise ValueError(f"the joint path searches circles: p and v must be 2-D, got d = {d}, d_k = {keys.shape[-1]}")
+    rp, rv = check_radii(radii_p), np.asarray(radii_v, float)
+    if rv.shape != rp.shape or np.any(rv <= 0):
+        raise ValueError(f"radii_v must be positive with the shape of radii_p {rp.shape}, got {rv.shape}")
+    N = len(rp)
+    # rows: data set s, radius j  ->  row s * N + j; data carry a grid axis of length 1
+    Xr, Kr = np.repeat(Xs, N, axis=0)[:, None], np.repeat(keys, N, axis=0)[:, None]
+    yr, sr = np.repeat(ys, N, axis=0)[:, None], np.repeat(sels, N, axis=0)[:, None]
+    Rp, Rv = np.tile(rp, S), np.tile(rv, S)
+    rows = S * N
 
-    problems = list(problems)
-    seeds = list(range(len(problems))) if seeds is None else list(seeds)
-    if len(seeds) != len(problems):
-        raise ValueError(f"seeds must hold one seed per problem ({len(problems)}), got {len(seeds)}")
-    r = _check_radii(radii)
-    svms = []
-    for prob in problems:
-        sol = max_margin(prob.token_problem if isinstance(prob, NonlinearHeadAttention) else prob)
-        if sol.status != "optimal":
-            raise RuntimeError(f"the SVM solve ended with status {sol.status!r}: no result is computed from it")
-        svms.append(sol)
-    if all(isinstance(p, TokenSelectionProblem) for p in problems):
-        paths = regularization_paths(problems, r, n_starts=n_starts, seeds=seeds, **solver)
-    else:
-        paths = [regularization_path(p, r, n_starts=n_starts, seed=s, **solver) for p, s in zip(problems, seeds)]
-    from .metrics import one_minus_cosine
+    def circle(angles, radius):
+        return radius[:, None, None] * np.stack([np.cos(angles), np.sin(angles)], axis=-1)
 
-    return [
-        PathAgainstSVM(
-            problem=prob,
-            svm=sol,
-            path=path,
-            error=one_minus_cosine(path.theta, sol.theta),
-            bound=direction_bound(ray_margin_bound(prob, sol.theta, r)),
-            ray_excess=ray_gap_excess(prob, path, sol.theta),
-        )
-        for prob, sol, path in zip(problems, svms, paths)
-    ]
+    def f_v(angles, idx):
+        lv = joint_log_loss(Xr[idx], yr[idx], Kr[idx], p[idx, None, :], circle(angles, Rv[idx]), loss)
+        return np.zeros_like(lv), lv
 
+    def f_p(angles, idx):
+        lg, sign = joint_log_gap(Xr[idx], yr[idx], Kr[idx], sr[idx], circle(angles, Rp[idx]), v[idx, None, :], loss)
+        return sign, sign * lg
 
-def radius_table(radii, rows: dict, radius_format: str = "{:.3g}", value_format: str = "{:.2e}") -> str:
-    """A Markdown table with one column per radius: a header row of ``radii`` and one row per entry.
+    def turned(a, b):
+        return np.abs(np.angle(np.exp(1j * (a - b)))) > tol
 
-    Args: ``radii`` (N,); ``rows``: ``{label: (N,) values}`` (labels may hold TeX between ``$``).
-
-    >>> print(radius_table([1.0, 10.0], {"error": [0.5, 0.01]}))
-    | $R$ | 1 | 10 |
-    |---|---|---|
-    | error | 5.00e-01 | 1.00e-02 |
-    """
-    radii = np.asarray(radii, float).ravel()
-    lines = ["| $R$ | " + " | ".join(radius_format.format(x) for x in radii) + " |", "|---|" + "---|" * len(radii)]
-    for label, values in rows.items():
-        values = np.asarray(values, float).ravel()
-        if values.shape != radii.shape:
-            raise ValueError(f"row {label!r} must hold one value per radius ({len(radii)}), got {values.shape}")
-        lines.append(f"| {label} | " + " | ".join(value_format.format(v) for v in values) + " |")
-    return "\n".join(lines)
-
-
-def local_path_table(cases) -> str:
-    """Markdown table of local regularization paths ``[(instance name, LocalPathCase)]``.
-
-    One row per case: the selection (tokens numbered from 1), locally optimal or not, where its
-    SVM-neighbours score ("all below", "all above", "mixed"), ``μ``, ``R_0``, the largest radius,
-    ``1 − cos`` there, the bound there, and "leave" (:class:`LocalPathCase`).
-    """
-    lines = [
-        "| instance | α (tokens, from 1) | locally optimal | neighbours | μ | R₀ | largest R "
-        "| 1 − cos at largest R | bound | leave |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, c in cases:
-        kind = "all below" if c.locally_optimal else ("all above" if c.all_higher else "mixed")
-        lines.append(
-            f"| {name} | {tuple(a + 1 for a in c.select)} | {'yes' if c.locally_optimal else 'no'} | {kind} "
-            f"| {c.mu:.2g} | {c.min_norm:.3g} | {c.radii[-1]:.3g} | {c.omc[-1]:.2e} | {c.bound[-1]:.2e} "
-            f"| {c.leave:.3f} |"
-        )
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True, eq=False)
-class MatrixPaths:
-    """The ``W`` path (Frobenius ball) and the ``(K, Q)`` path (nuclear ball) of one problem, against both SVMs.
-
-    [TFSVM]: ``W̄(R)/R`` tends to the Frobenius W-SVM, ``K̄Q̄ᵀ/R`` to the nuclear-norm SVM. The two limits
-    are told apart by margins: each path's margin ratio in its own norm is at least the bound ``ρ_lo(R)``
-    (:func:`ray_margin_bound`) once its search is certified (:func:`ray_gap_excess` ``≥ −slack``), and the
-    other SVM's direction has a margin ratio ``< 1`` in that norm.
-
-    Attributes:
-        fro, nuc: the solutions (``(d, d_z)`` arrays) of the Frobenius W-SVM (:func:`attnlib.max_margin`) and
-            of the nuclear-norm SVM (:func:`attnlib.nuclear_svm` when the problem has ``factors``, else
-            :func:`attnlib.max_margin` with ``norm="nuc"``), both solved to a certified accuracy.
-        w, kq: the :class:`RegularizationPath` of ``W`` (direct) and of ``(K, Q)`` (``"kq"``).
-        rho_w, rho_kq: (N,) the Frobenius margin ratio of the ``W`` path, the nuclear one of the ``(K, Q)`` path.
-        lo_fro, lo_nuc: (N,) their lower bounds ``ρ_lo(R)`` from the SVM rays.
-        nuc_in_fro: the Frobenius margin ratio of the nuclear SVM; ``fro_in_nuc``: the nuclear margin ratio
-            of the W-SVM (both ``≤ 1``).
-        excess_w, excess_kq: (N,) :func:`ray_gap_excess` of each path against its own SVM ray.
-    """
-
-    fro: np.ndarray
-    nuc: np.ndarray
-    w: RegularizationPath
-    kq: RegularizationPath
-    rho_w: np.ndarray
-    rho_kq: np.ndarray
-    lo_fro: np.ndarray
-    lo_nuc: np.ndarray
-    nuc_in_fro: float
-    fro_in_nuc: float
-    excess_w: np.ndarray
-    excess_kq: np.ndarray
-
-
-def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2, n_starts_kq: int = 1, **solver):
-    """Solve the two SVMs and the ``W`` and ``(K, Q)`` paths of a matrix-parameter problem: a :class:`MatrixPaths`.
-
-    The ``(K, Q)`` path gets the ``W`` path's solutions as ``guide`` (one more start per radius, factorised):
-    random starts at a large radius saturate the softmax on arbitrary tokens, and the guide starts from the
-    Frobenius limit, the one the ``(K, Q)`` path must move away from. The nuclear SVM is solved by
-    :func:`attnlib.nuclear_svm` (Clarabel on the reduced SDP, no cvxpy import) when ``prob.factors`` is
-    set. An SVM solve that is not certified (status other than ``"optimal"``; relative duality gap or
-    constraint violation above ``1e-8``) raises.
-
-    Args: ``prob`` with a matrix parameter ``W`` (d, d_z); ``radii`` (N,); ``seed`` for both paths'
-    random starts; ``solver``: ``max_iter``, ``tol``... as :func:`regularization_path`.
-
-    >>> import attnlib as al
-    >>> m = al.matrix_paths(al.datasets.random_tokens(3, 4, 4, seed=0), [1.0, 30.0], tol=1e-6, max_iter=300)
-    >>> bool(m.nuc_in_fro < 1 and m.fro_in_nuc < 1), m.kq.parametrization
-    (True, 'kq')
-    """
-    from .svm import max_margin
-
-    r = _check_radii(radii)
-    sol = max_margin(prob)
-    if sol.status != "optimal":
-        raise RuntimeError(f"the Frobenius SVM solve ended with status {sol.status!r}: no result is computed from it")
-    fro = sol.theta
-    if prob.factors is not None:
-        from .factorization import nuclear_svm
-
-        nsol = nuclear_svm(*prob.factors, prob.opt)
-        if not nsol.feasible or not (nsol.gap <= 1e-8 and nsol.violation <= 1e-8):
-            raise RuntimeError(f"the nuclear SVM solve is not certified: {nsol.status}, gap {nsol.gap:.2g}")
-        nuc = nsol.W
-    else:
-        nsol = max_margin(prob, norm="nuc")
-        if nsol.status != "optimal":
-            raise RuntimeError(f"the nuclear SVM solve ended with status {nsol.status!r}: no result is computed")
-        nuc = nsol.theta
-    w = regularization_path(prob, r, n_starts=n_starts_w, seed=seed, **solver)
-    kq = regularization_path(prob, r, n_starts=n_starts_kq, seed=seed, parametrization="kq", guide=w.theta, **solver)
-    return MatrixPaths(
-        fro=fro,
-        nuc=nuc,
-        w=w,
-        kq=kq,
-        rho_w=margin_ratio(prob, w.theta, fro, "fro"),
-        rho_kq=margin_ratio(prob, kq.theta, nuc, "nuc"),
-        lo_fro=ray_margin_bound(prob, fro, r, "fro"),
-        lo_nuc=ray_margin_bound(prob, nuc, r, "nuc"),
-        nuc_in_fro=float(margin_ratio(prob, nuc, fro, "fro")),
-        fro_in_nuc=float(margin_ratio(prob, fro, nuc, "nuc")),
-        excess_w=ray_gap_excess(prob, w, fro, "fro"),
-        excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
+    p, v = np.zeros((rows, 2)), np.zeros((rows, 2))
+    a_p, a_v = np.full(rows, np.nan), np.full(rows, np.nan)
+    rounds = np.zeros(rows, int)
+    active = np.ones(rows, bool)
+    for it in range(max_rounds):
+        idx = np.flatnonzero(active)
+        new_v = _angle_search(lambda a, idx=idx: f_v(a, idx), len(idx), grid, zoom, levels)
+        v[idx] = circle(new_v[:, None], Rv[idx])[:, 0]
+        new_p = _angle_search(lambda a, idx=idx: f_p(a, idx), len(idx), grid, zoom, levels)
+        moved = turned(new_p, a_p[idx]) | turned(new_v, a_v[idx]) | np.isnan(a_p[idx])
+        rounds[idx] = it + 1
+        a_p[idx], a_v[idx] = new_p, new_v
+        p[idx] = circle(new_p[:, None], Rp[idx])[:, 0]
+        active[idx] = moved
+        if not active.any():
+            break
+    lg, sign = joint_log_gap(Xr[:, 0], yr[:, 0], Kr[:, 0], sr[:, 0], p, v, loss)
+    ll = joint_log_loss(Xr[:, 0], yr[:, 0], Kr[:, 0], p, v, loss)
+    shape = (S, N) if stacked else (N,)
+    return JointPath(
+        rp,
+        rv,
+        p.reshape(shape + (2,)),
+        v.reshape(shape + (2,)),
+        rounds.reshape(shape),
+        ll.reshape(shape),
+        lg.reshape(shape),
+        sign.reshape(shape),
+        np.asarray(select),
+        bool(active.any()),
     )

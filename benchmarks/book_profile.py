@@ -9,7 +9,7 @@ each code cell, and attributes the time inside the cells to a few categories by 
 library's entry points (the outermost wrapped call owns the time, so ``train`` called from
 ``basin_map`` counts once):
 
-- ``train``: :func:`attnlib.train`, :func:`attnlib.train_joint`, :func:`attnlib.rates.train_many`;
+- ``train``: :func:`attnlib.train`, :func:`attnlib.train_joint`, :func:`attnlib.optim.train_many`;
 - ``svm``: every cvxpy max-margin solve (``attnlib.svm._solve_min_norm``, problem build included);
 - ``regularization_path``: :func:`attnlib.regularization_path`;
 - ``figures``: rendering figures to PNG (``print_figure``), outside animations;
@@ -93,10 +93,9 @@ def patch(obj, category):
             if value is obj:
                 setattr(mod, key, wrapped)
 
-import attnlib.rates
 patch(attnlib.optim.train, "train")
 patch(attnlib.optim.train_joint, "train")
-patch(attnlib.rates.train_many, "train")
+patch(attnlib.optim.train_many, "train")
 patch(attnlib.svm._solve_min_norm, "svm")
 patch(attnlib.paths.regularization_path, "regularization_path")
 cls = matplotlib.backend_bases.FigureCanvasBase
@@ -206,8 +205,8 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/book.json")
     args = parser.parse_args(argv)
     notebooks = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("*.ipynb"))
-    notebooks = [p for p in notebooks if "08_performance" not in p.name] + [
-        p for p in notebooks if "08_performance" in p.name
+    notebooks = [p for p in notebooks if "12_performance" not in p.name] + [
+        p for p in notebooks if "12_performance" in p.name
     ]
     load_before = os.getloadavg()
     kernel = kernel_start_s()

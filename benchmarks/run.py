@@ -21,10 +21,10 @@ results in the file):
 - ``memory``: peak RSS of a batched run (fresh process) against ``record_every``.
 - ``local_converge``: the [TFSVM] local-convergence experiment (n=6, T=8, d=10, 100 seeds ×
   2000 NGD steps for W and for (K, Q), each in one batch, W-SVM Frobenius and nuclear at each final
-  selection), end to end with ``al.local_convergence``, in one process and in two.
+  selection), end to end with ``al.experiments.factorization.local_convergence``, in one process and in two.
 - ``rank_grid``: the [TFSVM] rank-versus-d grid (5 (n, T) × 8 d × 100 seeds × 2 SVMs,
-  ``al.svm_rank_grid``: batched interior-point solves with a certified gap per instance; infeasible
-  instances decided by an LP and counted apart), on a pool of 2 processes.
+  ``al.experiments.factorization.svm_rank_grid``: batched interior-point solves with a certified gap
+  per instance; infeasible instances decided by an LP and counted apart), on a pool of 2 processes.
 
 Nothing here asserts a speed; the numbers are printed as tables and written as JSON, which the
 book's Performance page reads. The machine is described in the file (CPU, load average).
@@ -416,7 +416,7 @@ def _median_corr(finals, svms, feasible) -> float:
     return float(np.median(corr)) if corr else float("nan")
 
 
-def _local_results(run: al.LocalConvergence, probs) -> dict:
+def _local_results(run: al.experiments.factorization.LocalConvergence, probs) -> dict:
     out, opt = {}, np.array([p.opt for p in probs])
     for kind in ("W", "KQ"):
         final, (fro, nuc), ok = run.W[kind][-1], run.svms[kind], run.feasible[kind]
@@ -430,15 +430,17 @@ def _local_results(run: al.LocalConvergence, probs) -> dict:
 
 
 def bench_local_converge(quick: bool) -> dict:
-    """The [TFSVM] local-convergence experiment end to end (``al.local_convergence``), in one
+    """The [TFSVM] local-convergence experiment end to end (``al.experiments.factorization.local_convergence``), in one
     process and with its two halves in two processes; and the batched nuclear SVMs against
-    CLARABEL through cvxpy (``al.max_margin(…, norm="nuc")``) and the reduced SDP (``al.nuclear_svm``)."""
+    CLARABEL through cvxpy (``al.max_margin(…, norm="nuc")``) and the reduced SDP (``al.svm.nuclear_svm``)."""
     seeds, steps = (4, 50) if quick else (100, 2000)
     probs = [al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(seeds)]
     runs = {}
     for processes in (1, 2):
         t0 = time.perf_counter()
-        run = al.local_convergence(probs, steps, lr=0.1, kq_normalize="separate", processes=processes)
+        run = al.experiments.factorization.local_convergence(
+            probs, steps, lr=0.1, kq_normalize="separate", processes=processes
+        )
         runs[processes] = (run, time.perf_counter() - t0)
     run = runs[1][0]
     check = range(min(seeds, 10))  # the independent solvers are slow: the first 10 seeds
@@ -448,7 +450,7 @@ def bench_local_converge(quick: bool) -> dict:
             continue
         p, a = probs[s], run.select["W"][s]
         cvx.append(_relerr(run.svms["W"][1, s].ravel(), al.max_margin(p, a, norm="nuc").theta.ravel()))
-        reduced.append(_relerr(run.svms["W"][1, s].ravel(), al.nuclear_svm(*p.factors, a).W.ravel()))
+        reduced.append(_relerr(run.svms["W"][1, s].ravel(), al.svm.nuclear_svm(*p.factors, a).W.ravel()))
     best = min(t for _, t in runs.values())
     return dict(
         setting=dict(seeds=seeds, steps=steps, n=6, T=8, d=10, lr=0.1, method="ngd", kq_normalize="separate"),
@@ -472,7 +474,7 @@ def bench_local_converge(quick: bool) -> dict:
 
 
 def bench_rank_grid(quick: bool) -> dict:
-    """The official rank grid rebuilt (``al.svm_rank_grid``), against the official notebook's time."""
+    """The official rank grid rebuilt (chapter 7's ``svm_rank_grid``), against the official notebook's time."""
     processes = 2
     with blas_threads(1):  # small matrices: BLAS threads only fight the two worker processes
         return _bench_rank_grid(quick, processes)
@@ -480,9 +482,11 @@ def bench_rank_grid(quick: bool) -> dict:
 
 def _bench_rank_grid(quick: bool, processes: int) -> dict:
     if quick:
-        grid = al.svm_rank_grid(configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(3), processes=processes)
+        grid = al.experiments.factorization.svm_rank_grid(
+            configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(3), processes=processes
+        )
     else:
-        grid = al.svm_rank_grid(processes=processes)
+        grid = al.experiments.factorization.svm_rank_grid(processes=processes)
     tol = 1e-6
     ranks = grid.ranks(tol)
     sv = grid.singular_values[:, grid.feasible]
@@ -560,7 +564,7 @@ def report(result: dict) -> str:
         out += [table(result["memory"]["rows"], ["record_every", "recorded", "peak_rss_mib", "stored_theta_mib"])]
     if "local_converge" in result:
         lc = result["local_converge"]
-        out += ["", "[TFSVM] local convergence rebuilt (al.local_convergence; seconds)"]
+        out += ["", "[TFSVM] local convergence rebuilt (al.experiments.factorization.local_convergence; seconds)"]
         for key in ("one_process", "two_processes"):
             r = lc[key]
             parts = ", ".join(f"{k} {x:.2f}" for k, x in r["stages"].items())

@@ -9,12 +9,14 @@ import attnlib as al
 @pytest.fixture(scope="module")
 def fig1b():
     prob = al.datasets.single_input(local=True)
-    return prob, al.locally_optimal_selections(prob)
+    return prob, al.svm.locally_optimal_selections(prob)
 
 
 def test_official_inits_basins(fig1b):
     prob, cands = fig1b
-    m = al.basin_map(prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5, candidates=cands)
+    m = al.experiments.local_convergence.basin_map(
+        prob, al.datasets.SINGLE_INPUT_INITS, steps=400, lr=0.5, candidates=cands
+    )
     assert m.kind().tolist() == [0, 0, 0, 0, 1, 1]
     assert m.is_global.tolist() == [True, False]
     assert sum(m.fractions().values()) == pytest.approx(1.0, abs=1e-15)
@@ -24,7 +26,9 @@ def test_official_inits_basins(fig1b):
 def test_gd_readout_and_extension(fig1b):
     prob, cands = fig1b
     starts = np.array([[0.0, 0.5, 0.0], [0.0, -1.5, 0.0]])
-    m = al.basin_map(prob, starts, steps=20, method="gd", lr=1.0, candidates=cands, readout_steps=4, extend_steps=400)
+    m = al.experiments.local_convergence.basin_map(
+        prob, starts, steps=20, method="gd", lr=1.0, candidates=cands, readout_steps=4, extend_steps=400
+    )
     assert m.extended[1]  # 4 read-out steps do not decide the local one; the extension does
     assert m.kind().tolist() == [0, 1]
 
@@ -33,18 +37,18 @@ def test_classify_motion_rejects_boundary_direction(fig1b):
     prob, cands = fig1b
     # Moving along the tie direction of tokens 1 and 3 (1, 0.1): 1 − cos ≈ 5e-3 from p_mm(α=2).
     a = np.array([[10.0, 1.0, 0.0]])
-    labels, cos = al.classify_motion(prob, a, 2 * a, cands, tol=1e-3)
+    labels, cos = al.experiments.local_convergence.classify_motion(prob, a, 2 * a, cands, tol=1e-3)
     assert labels.tolist() == [-1]
-    labels, _ = al.classify_motion(prob, a, a + [[10.0, 0.0, 0.0]], cands, tol=1e-3)
+    labels, _ = al.experiments.local_convergence.classify_motion(prob, a, a + [[10.0, 0.0, 0.0]], cands, tol=1e-3)
     assert labels.tolist() == [1]
     with pytest.raises(ValueError, match="tol"):
-        al.classify_motion(prob, a, 2 * a, cands, tol=0.0)
+        al.experiments.local_convergence.classify_motion(prob, a, 2 * a, cands, tol=0.0)
 
 
 def test_basin_map_bad_candidates(fig1b):
     prob, _ = fig1b
     with pytest.raises(ValueError, match="candidates"):
-        al.basin_map(prob, np.zeros((1, 3)), 10, candidates=[])
+        al.experiments.local_convergence.basin_map(prob, np.zeros((1, 3)), 10, candidates=[])
 
 
 def test_basin_image_draws():
@@ -57,89 +61,96 @@ def test_basin_image_draws():
     kind = np.zeros((5, 5), int)
     kind[:2] = 1
     kind[2, 2] = -1
-    al.plots.basin_image(ax, kind, (-1, 1, -1, 1))
+    al.figures.local_convergence.basin_image(ax, kind, (-1, 1, -1, 1))
     assert len(ax.collections) == 1  # the undecided dot
     plt.close(fig)
     with pytest.raises(ValueError):
-        al.plots.basin_image(ax, np.zeros(3), (0, 1, 0, 1))
+        al.figures.local_convergence.basin_image(ax, np.zeros(3), (0, 1, 0, 1))
 
 
 def test_locally_optimal_selections_of_fig1():
     # Fig. 1(b): the optimal token and token 2 are locally optimal; Fig. 1(a): token 2's only
     # SVM-neighbour (token 3) ties with it, so only the optimal selection is.
-    local_b = {r.select for r in al.locally_optimal_selections(al.datasets.single_input(local=True))}
-    local_a = {r.select for r in al.locally_optimal_selections(al.datasets.single_input(local=False))}
+    local_b = {r.select for r in al.svm.locally_optimal_selections(al.datasets.single_input(local=True))}
+    local_a = {r.select for r in al.svm.locally_optimal_selections(al.datasets.single_input(local=False))}
     assert local_b == {(0,), (1,)}
     assert local_a == {(0,)}
 
 
 def test_selection_table(fig1b):
     prob, _ = fig1b
-    lines = al.selection_table(prob, al.enumerate_selections(prob)).splitlines()
+    lines = al.figures.common.selection_table(prob, al.enumerate_selections(prob)).splitlines()
     assert len(lines) == 2 + prob.T
     assert lines[2].startswith("| 1 | (-0.1, 1) | 1 | (-0.099, 0.990) | 3 (0) | **yes** |")
     assert lines[4] == "| 3 | (0, 0) | 0 | (-1.000, -1.100) | 1 (1), 2 (0.9) | no |"
-    infeasible = al.SelectionReport((1,), False, False, None)
-    assert al.selection_table(prob, [infeasible]).splitlines()[2] == "| 2 | (1, 0) | 0.9 | infeasible | – | no |"
+    infeasible = al.svm.SelectionReport((1,), False, False, None)
+    assert (
+        al.figures.common.selection_table(prob, [infeasible]).splitlines()[2]
+        == "| 2 | (1, 0) | 0.9 | infeasible | – | no |"
+    )
     two = al.datasets.multi_input()
     with pytest.raises(ValueError, match="one input"):
-        al.selection_table(two, [])
+        al.figures.common.selection_table(two, [])
 
 
 def test_cone_starts_inside_the_cone():
     d = np.array([[1.0, -2.0], [0.5, 3.0]])  # a matrix direction (W version)
     mu, radius = 1e-2, 7.0
-    s = al.cone_starts(d, 50, mu=mu, radius=radius, rng=1)
+    s = al.datasets.cone_starts(d, 50, mu=mu, radius=radius, rng=1)
     assert s.shape == (50, 2, 2)
     assert np.allclose(np.linalg.norm(s.reshape(50, -1), axis=-1), radius * np.linalg.norm(d))
     omc = al.one_minus_cosine(s, d)
     assert np.all(omc <= mu * (1 + 1e-12)) and omc.max() > 0.5 * mu  # angles fill the cone
-    edge = al.cone_starts(d, 4, mu=mu, radius=radius, rng=1, edge=True)
+    edge = al.datasets.cone_starts(d, 4, mu=mu, radius=radius, rng=1, edge=True)
     assert np.allclose(al.one_minus_cosine(edge, d), mu, rtol=1e-9)
     off = edge - radius * (1 - mu) * d  # tilts of an antipodal pair cancel
     assert np.allclose(off[0] + off[1], 0.0) and np.allclose(off[2] + off[3], 0.0)
     # Same seed, same starts; the span is respected (the third coordinate stays 0).
-    a = al.cone_starts([1.0, 1.0, 0.0], 5, mu=mu, radius=2.0, rng=3, span=np.eye(3)[:2])
-    assert np.array_equal(a, al.cone_starts([1.0, 1.0, 0.0], 5, mu=mu, radius=2.0, rng=3, span=np.eye(3)[:2]))
+    a = al.datasets.cone_starts([1.0, 1.0, 0.0], 5, mu=mu, radius=2.0, rng=3, span=np.eye(3)[:2])
+    assert np.array_equal(a, al.datasets.cone_starts([1.0, 1.0, 0.0], 5, mu=mu, radius=2.0, rng=3, span=np.eye(3)[:2]))
     assert np.all(a[:, 2] == 0.0)
 
 
 def test_cone_starts_bad_inputs():
     with pytest.raises(ValueError, match="mu"):
-        al.cone_starts([1.0, 0.0], 3, mu=0.0, radius=1.0)
+        al.datasets.cone_starts([1.0, 0.0], 3, mu=0.0, radius=1.0)
     with pytest.raises(ValueError, match="radius"):
-        al.cone_starts([1.0, 0.0], 3, mu=0.1, radius=-1.0)
+        al.datasets.cone_starts([1.0, 0.0], 3, mu=0.1, radius=-1.0)
     with pytest.raises(ValueError, match="count"):
-        al.cone_starts([1.0, 0.0], 0, mu=0.1, radius=1.0)
+        al.datasets.cone_starts([1.0, 0.0], 0, mu=0.1, radius=1.0)
     with pytest.raises(ValueError, match="non-zero"):
-        al.cone_starts([0.0, 0.0], 3, mu=0.1, radius=1.0)
+        al.datasets.cone_starts([0.0, 0.0], 3, mu=0.1, radius=1.0)
     with pytest.raises(ValueError, match="span"):
-        al.cone_starts([1.0, 0.0, 0.0], 3, mu=0.1, radius=1.0, span=[[2.0, 0.0, 0.0]])
+        al.datasets.cone_starts([1.0, 0.0, 0.0], 3, mu=0.1, radius=1.0, span=[[2.0, 0.0, 0.0]])
 
 
 def test_key_plane_grid_layout_matches_basin_image():
-    grid = al.key_plane_grid(-1.0, 1.0, 3)
+    grid = al.experiments.local_convergence.key_plane_grid(-1.0, 1.0, 3)
     assert grid.shape == (9, 3) and np.all(grid[:, 2] == 0)
     # labels.reshape(size, size)[j, i] is the start (x_i, y_j)
     assert grid.reshape(3, 3, 3)[2, 0, :2].tolist() == [-1.0, 1.0]
     with pytest.raises(ValueError, match="size"):
-        al.key_plane_grid(0.0, 1.0, 1)
+        al.experiments.local_convergence.key_plane_grid(0.0, 1.0, 1)
     with pytest.raises(ValueError, match="below"):
-        al.key_plane_grid(1.0, 0.0, 4)
+        al.experiments.local_convergence.key_plane_grid(1.0, 0.0, 4)
 
 
 def test_ngd_and_gd_basin_maps_equal_two_separate_maps(fig1b):
     prob, cands = fig1b
-    grid = al.key_plane_grid(-4.0, 8.0, 9)
-    maps = al.ngd_and_gd_basin_maps(prob, grid, cands, 1e-3, 60, 0.5, 20, 1.0, extend_steps=200)
-    ngd = al.basin_map(prob, grid, 60, "ngd", 0.5, cands, 1e-3, extend_steps=200)
-    gd = al.basin_map(prob, grid, 20, "gd", 1.0, cands, 1e-3, readout_steps=60, readout_lr=0.5, extend_steps=200)
+    grid = al.experiments.local_convergence.key_plane_grid(-4.0, 8.0, 9)
+    maps = al.experiments.local_convergence.ngd_and_gd_basin_maps(
+        prob, grid, cands, 1e-3, 60, 0.5, 20, 1.0, extend_steps=200
+    )
+    ngd = al.experiments.local_convergence.basin_map(prob, grid, 60, "ngd", 0.5, cands, 1e-3, extend_steps=200)
+    gd = al.experiments.local_convergence.basin_map(
+        prob, grid, 20, "gd", 1.0, cands, 1e-3, readout_steps=60, readout_lr=0.5, extend_steps=200
+    )
     for mine, ref in ((maps["ngd"], ngd), (maps["gd"], gd)):
         assert np.array_equal(mine.labels, ref.labels) and np.array_equal(mine.extended, ref.extended)
         np.testing.assert_allclose(mine.final, ref.final, rtol=1e-12, atol=1e-12)
         assert (mine.steps, mine.readout_steps, mine.extend_steps) == (ref.steps, ref.readout_steps, ref.extend_steps)
     assert maps["ngd"].extended.any()  # the extension was exercised
-    table = al.basin_table(maps)
+    table = al.experiments.local_convergence.basin_table(maps)
     assert table.count("\n") == 3 and "| GD |" in table
 
 
@@ -147,9 +158,9 @@ def test_cone_runs_match_cone_starts_and_stay_in_locally_optimal_cones(fig1b):
     prob, _ = fig1b
     p_mm = {r.select[0] + 1: r.solution.theta for r in al.enumerate_selections(prob)}
     kw = dict(mu=1e-3, radius=20.0, steps=1000, ngd_lr=0.1, gd_lr=1.0)  # 1000: past α = 3's escape time
-    runs = al.cone_runs(prob, p_mm, 4, rng=3, span=np.eye(3)[:2], **kw)
+    runs = al.experiments.local_convergence.cone_runs(prob, p_mm, 4, rng=3, span=np.eye(3)[:2], **kw)
     rng = np.random.default_rng(3)
-    first = al.cone_starts(p_mm[1], 2, mu=1e-3, radius=20.0, rng=rng, span=np.eye(3)[:2], edge=True)
+    first = al.datasets.cone_starts(p_mm[1], 2, mu=1e-3, radius=20.0, rng=rng, span=np.eye(3)[:2], edge=True)
     np.testing.assert_allclose(runs.ngd.theta[0, :2], first)
     assert runs.owner.tolist() == [1] * 4 + [2] * 4 + [3] * 4
     assert runs.steps[runs.half] == 500 and runs.steps[0] == 0 and runs.steps[-1] == 1000
@@ -159,13 +170,13 @@ def test_cone_runs_match_cone_starts_and_stay_in_locally_optimal_cones(fig1b):
     assert runs.omc[1:, local].max() <= 1e-3  # the theorem's claim, NGD
     assert np.all(prob.selection(runs.ngd.final[~local])[:, 0] != 2)  # α = 3 is left
     with pytest.raises(ValueError, match="count"):
-        al.cone_runs(prob, p_mm, 2, mu=1e-3, radius=20.0, steps=10, ngd_lr=0.1, gd_lr=1.0)
+        al.experiments.local_convergence.cone_runs(prob, p_mm, 2, mu=1e-3, radius=20.0, steps=10, ngd_lr=0.1, gd_lr=1.0)
 
 
 def test_selection_alignment_on_a_stack():
     probs = [al.datasets.random_tokens(3, 4, 5, seed=s, queries="cross") for s in range(3)]
     traj = al.train(al.stack_problems(probs), np.zeros((5, 5)), 400, "ngd", 0.1, record_every=100)
-    align = al.selection_alignment(probs, traj)
+    align = al.experiments.local_convergence.selection_alignment(probs, traj)
     assert align.corr["opt"].shape == (5, 3) and align.mass.shape == (5, 3)
     for j, p in enumerate(probs):
         assert align.alpha_hat[j].tolist() == p.selection(traj.final[j]).tolist()
@@ -174,14 +185,23 @@ def test_selection_alignment_on_a_stack():
     assert np.all(np.isnan(align.corr["opt"][0]))  # W(0) = 0 has no direction
     assert np.nanmin(align.corr["alpha_hat"][-1]) > 0.9 and align.infeasible() == 0
     with pytest.raises(ValueError, match="problems"):
-        al.selection_alignment(probs[:2], traj)
+        al.experiments.local_convergence.selection_alignment(probs[:2], traj)
 
 
 def test_score_basin_explorer_caches_shares_and_redraws(fig1b):
     prob, cands = fig1b
-    big = al.basin_map(prob, al.key_plane_grid(-4.0, 8.0, 9), 60, "ngd", 0.5, cands, 1e-3, extend_steps=100)
-    ex = al.ScoreBasinExplorer(-4.0, 8.0, 5, 60, 0.5, 1e-3, shared={0.0: big})
-    own = al.basin_map(prob, ex.grid, 60, "ngd", 0.5, tol=1e-3).kind().reshape(5, 5)
+    big = al.experiments.local_convergence.basin_map(
+        prob,
+        al.experiments.local_convergence.key_plane_grid(-4.0, 8.0, 9),
+        60,
+        "ngd",
+        0.5,
+        cands,
+        1e-3,
+        extend_steps=100,
+    )
+    ex = al.figures.local_convergence.ScoreBasinExplorer(-4.0, 8.0, 5, 60, 0.5, 1e-3, shared={0.0: big})
+    own = al.experiments.local_convergence.basin_map(prob, ex.grid, 60, "ngd", 0.5, tol=1e-3).kind().reshape(5, 5)
     assert np.array_equal(ex.maps[0.0], own)  # the shared sub-grid, before the extension
     ex.precompute([0.9, 0.0], (6.0, -3.0), 0.1, 30)
     single = al.train(ex.problem(0.9), np.array([6.0, -3.0, 0.0]), 30, "ngd", 0.1).theta[:, 0, :2]

@@ -326,7 +326,7 @@ def jupyter_lab(tmp_path_factory):
             "id": "precomputed-slider",
             "metadata": {},
             "outputs": [],
-            "source": 'al.widgets.image_slider([0.02, 0.5], lambda lr: draw(lr, (1.0, -0.5), 0), "precomputed")',
+            "source": 'al.book.widgets.image_slider([0.02, 0.5], lambda lr: draw(lr, (1.0, -0.5), 0), "precomputed")',
         }
     )
     (work / "explorer.ipynb").write_text(json.dumps(notebook))

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import attnlib as al
-from attnlib import local_checks, path_theory
+from attnlib.experiments import local_convergence as local_checks
+from attnlib.experiments import regularization_path as path_theory
 
 
 def _instance(seed):
@@ -17,7 +18,7 @@ def test_the_exact_circle_search_finds_what_the_multistart_path_finds_and_no_bet
     prob = _instance(1)
     radii = np.array([2.0, 30.0])
     exact = path_theory.exact_circle_path(prob, radii)
-    path = al.regularization_path(prob, radii, n_starts=4, seed=1)
+    path = al.paths.regularization_path(prob, radii, n_starts=4, seed=1)
     assert np.all(np.abs(path.log_gap - exact.log_gap) <= 1e-9)
     # an independent dense scan of the circle never goes below the exact minimum
     basis = path_theory.key_plane_basis(prob)
@@ -50,7 +51,7 @@ def test_the_path_rate_matches_the_path_and_tells_one_neighbour_from_two():
         prob = _instance(seed)
         sol = al.max_margin(prob)
         rate = path_theory.path_rate(prob, sol, radii)
-        [case] = al.paths_against_svm([prob], radii, n_starts=4, seeds=[seed])
+        [case] = path_theory.paths_against_svm([prob], radii, n_starts=4, seeds=[seed])
         assert rate.supports == supports
         assert abs(case.error[-1] / rate.predicted[-1] - 1) <= rate.accuracy[-1] + 10 * rate.linearization[-1]
     with pytest.raises(ValueError, match="span a plane"):

@@ -9,7 +9,7 @@ import attnlib as al
 
 
 def one_gd_step(prob, K, Q, lr=1e-3):
-    traj = al.train_kq(prob, K, Q, steps=1, method="gd", lr=lr)
+    traj = al.optim.train_kq(prob, K, Q, steps=1, method="gd", lr=lr)
     return (K - traj.K[-1, 0]) / lr, (Q - traj.Q[-1, 0]) / lr
 
 
@@ -59,7 +59,7 @@ def test_factor_gradient_is_exact_at_saturation(scale):
     K, Q = U * np.sqrt(s), Vt.T * np.sqrt(s)
     ref_K, ref_Q = _mp_factor_gradient(prob, K, Q)
     assert np.abs(ref_K).max() < 1e-10  # saturated: the gradient is tiny
-    traj = al.train_kq(prob, K, Q, steps=1, method="ngd", lr=1.0)  # a unit step along −∇/‖∇‖
+    traj = al.optim.train_kq(prob, K, Q, steps=1, method="ngd", lr=1.0)  # a unit step along −∇/‖∇‖
     ref_norm = np.sqrt(np.sum(ref_K**2) + np.sum(ref_Q**2))
     np.testing.assert_allclose(K - traj.K[-1, 0], ref_K / ref_norm, rtol=0, atol=1e-12)
     np.testing.assert_allclose(Q - traj.Q[-1, 0], ref_Q / ref_norm, rtol=0, atol=1e-12)
@@ -68,20 +68,20 @@ def test_factor_gradient_is_exact_at_saturation(scale):
 
 def test_stack_matches_single_problems_and_width_caps_rank():
     probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
-    K0, Q0 = al.kq_init(3, 6, 6, m=2, seed=0)
-    stacked = al.train_kq(al.stack_problems(probs), K0, Q0, steps=30, record_every=10)
+    K0, Q0 = al.optim.kq_init(3, 6, 6, m=2, seed=0)
+    stacked = al.optim.train_kq(al.stack_problems(probs), K0, Q0, steps=30, record_every=10)
     for s, p in enumerate(probs):
-        single = al.train_kq(p, K0[s], Q0[s], steps=30, record_every=10)
+        single = al.optim.train_kq(p, K0[s], Q0[s], steps=30, record_every=10)
         np.testing.assert_allclose(stacked.W[:, s], single.W[:, 0], rtol=1e-9, atol=1e-12)
     assert stacked.W.shape == (4, 3, 6, 6)
     assert max(np.linalg.matrix_rank(w) for w in stacked.final) == 2
 
 
-@pytest.mark.parametrize("method", al.METHODS)
+@pytest.mark.parametrize("method", al.optim.METHODS)
 def test_every_method_lowers_the_loss_and_ngd_moves_lr_per_step(method):
     prob = al.datasets.random_tokens(4, 5, 6, seed=1, queries="cross")
-    K0, Q0 = al.kq_init(2, 6, 6, seed=3)
-    traj = al.train_kq(prob, K0, Q0, steps=200, method=method, lr=0.1 if method != "gd" else 1.0)
+    K0, Q0 = al.optim.kq_init(2, 6, 6, seed=3)
+    traj = al.optim.train_kq(prob, K0, Q0, steps=200, method=method, lr=0.1 if method != "gd" else 1.0)
     assert np.all(traj.loss[-1] < traj.loss[0]) and all(s is None for s in traj.stopped)
     assert traj.log_gap.shape == traj.loss.shape == (201, 2)
     if method == "ngd":
@@ -91,8 +91,8 @@ def test_every_method_lowers_the_loss_and_ngd_moves_lr_per_step(method):
 
 def test_separate_normalisation_moves_each_factor_by_lr():
     prob = al.datasets.random_tokens(4, 5, 6, seed=1, queries="cross")
-    K0, Q0 = al.kq_init(1, 6, 6, seed=3)
-    traj = al.train_kq(prob, K0, Q0, steps=5, normalize="separate")
+    K0, Q0 = al.optim.kq_init(1, 6, 6, seed=3)
+    traj = al.optim.train_kq(prob, K0, Q0, steps=5, normalize="separate")
     np.testing.assert_allclose(np.linalg.norm(np.diff(traj.K, axis=0), axis=(2, 3)), 0.1, rtol=1e-9)
     np.testing.assert_allclose(np.linalg.norm(np.diff(traj.Q, axis=0), axis=(2, 3)), 0.1, rtol=1e-9)
 
@@ -100,20 +100,20 @@ def test_separate_normalisation_moves_each_factor_by_lr():
 def test_bad_inputs_are_named():
     prob = al.datasets.random_tokens(3, 4, 4, seed=0)
     with pytest.raises(ValueError, match="width m"):
-        al.train_kq(prob, np.ones((4, 2)), np.ones((4, 3)), steps=1)
+        al.optim.train_kq(prob, np.ones((4, 2)), np.ones((4, 3)), steps=1)
     with pytest.raises(ValueError, match="K0 must have shape"):
-        al.train_kq(prob, np.ones((5, 2)), np.ones((4, 2)), steps=1)
+        al.optim.train_kq(prob, np.ones((5, 2)), np.ones((4, 2)), steps=1)
     with pytest.raises(ValueError, match="method"):
-        al.train_kq(prob, np.ones((4, 2)), np.ones((4, 2)), steps=1, method="adam")
+        al.optim.train_kq(prob, np.ones((4, 2)), np.ones((4, 2)), steps=1, method="adam")
     with pytest.raises(ValueError, match="matrix parameter"):
-        al.train_kq(al.datasets.single_input(), np.ones((3, 1)), np.ones((3, 1)), steps=1)
+        al.optim.train_kq(al.datasets.single_input(), np.ones((3, 1)), np.ones((3, 1)), steps=1)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_nuclear_svm_matches_cvxpy(seed):
     prob = al.datasets.random_tokens(5, 5, 6, seed=seed, queries="cross")
     X, Z = prob.factors
-    fast = al.nuclear_svm(X, Z, prob.opt)
+    fast = al.svm.nuclear_svm(X, Z, prob.opt)
     ref = al.max_margin(prob, norm="nuc", solver="cvxpy")
     assert fast.feasible and fast.violation < 1e-9 and abs(fast.gap) < 1e-8
     np.testing.assert_allclose(fast.nuclear_norm, 1 / ref.margin, rtol=1e-7)
@@ -125,14 +125,14 @@ def test_nuclear_svm_matches_cvxpy(seed):
 
 
 def test_nuclear_svm_reports_infeasible():
-    X, y, u, Z, opt = al.rank_instance(10, 5, 3, seed=0)
-    assert not al.nuclear_svm(X, Z, opt).feasible
+    X, y, u, Z, opt = al.datasets.rank_instance(10, 5, 3, seed=0)
+    assert not al.svm.nuclear_svm(X, Z, opt).feasible
     with pytest.raises(al.InfeasibleError):
         al.max_margin(al.self_attention(X, y, u, Z), opt)
 
 
 def test_rank_instance_is_random_tokens_cross():
-    X, y, u, Z, opt = al.rank_instance(4, 5, 6, seed=3)
+    X, y, u, Z, opt = al.datasets.rank_instance(4, 5, 6, seed=3)
     prob = al.datasets.random_tokens(4, 5, 6, seed=3, queries="cross")
     np.testing.assert_array_equal(X, prob.factors[0])
     np.testing.assert_array_equal(Z, prob.factors[1])
@@ -140,7 +140,7 @@ def test_rank_instance_is_random_tokens_cross():
 
 
 def test_rank_grid_counts_infeasible_apart():
-    grid = al.svm_rank_grid(configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(4))
+    grid = al.experiments.factorization.svm_rank_grid(configs=[(5, 5), (10, 5)], ds=[1, 3, 6], seeds=range(4))
     ranks = grid.ranks(1e-6)
     assert ranks.shape == (2, 2, 3, 4) and grid.fallbacks == 0
     assert np.all((ranks >= 1) == grid.feasible[None])  # never a rank for an infeasible instance
@@ -154,11 +154,13 @@ def test_rank_grid_counts_infeasible_apart():
 
 def test_numerical_rank():
     s = np.array([[1.0, 0.5, 1e-9], [np.nan, np.nan, np.nan]])
-    assert al.numerical_rank(s, 1e-6).tolist() == [2, -1]
+    assert al.metrics.numerical_rank(s, 1e-6).tolist() == [2, -1]
 
 
 def _constraint_batch(configs_seeds):
-    cons = [al.svm_constraints(X, Z, opt) for X, _, _, Z, opt in (al.rank_instance(*c) for c in configs_seeds)]
+    cons = [
+        al.svm.svm_constraints(X, Z, opt) for X, _, _, Z, opt in (al.datasets.rank_instance(*c) for c in configs_seeds)
+    ]
     return np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons])
 
 
@@ -166,11 +168,11 @@ def test_batched_svms_match_cvxpy_with_certified_gaps():
     # one batch, several seeds; each against cvxpy (Clarabel through cvxpy: an independent solver)
     instances = [(6, 4, 5, s) for s in range(4)]
     a, z = _constraint_batch(instances)
-    fro, nuc = al.frobenius_svm_batch(a, z), al.nuclear_svm_batch(a, z)
+    fro, nuc = al.svm.frobenius_svm_batch(a, z), al.svm.nuclear_svm_batch(a, z)
     assert fro.certified.all() and nuc.certified.all()
     assert fro.gap.max() < 1e-10 and nuc.gap.max() < 1e-8 and np.all(fro.lower <= fro.norm)
     for j, (n, T, d, s) in enumerate(instances):
-        X, y, u, Z, opt = al.rank_instance(n, T, d, s)
+        X, y, u, Z, opt = al.datasets.rank_instance(n, T, d, s)
         prob = al.self_attention(X, y, u, Z)
         ref_f = al.max_margin(prob, opt, solver="cvxpy")
         ref_n = al.max_margin(prob, opt, norm="nuc", solver="cvxpy")
@@ -187,42 +189,42 @@ def test_batched_svms_match_cvxpy_with_certified_gaps():
 
 
 def test_svm_pair_batch_decides_infeasible_by_lp():
-    from attnlib.factorization import _feasible
+    from attnlib.svm import _feasible
 
     a, z = _constraint_batch([(10, 5, 3, s) for s in range(12)])  # about 15% feasible at d = 3
     lp = np.array([_feasible(a_, z_) for a_, z_ in zip(a, z)])
     assert lp.any() and not lp.all()
-    W, gaps, feasible, fallbacks = al.svm_pair_batch(a, z)
+    W, gaps, feasible, fallbacks = al.svm.svm_pair_batch(a, z)
     assert np.array_equal(feasible, lp) and fallbacks == 0
     assert np.isnan(W[:, ~lp]).all() and np.isfinite(W[:, lp]).all() and gaps[:, lp].max() < 1e-8
-    fro = al.frobenius_svm_batch(a, z)
+    fro = al.svm.frobenius_svm_batch(a, z)
     assert not fro.certified[~lp].any()  # never a certificate for an infeasible instance
     a1, z1 = _constraint_batch([(5, 5, 1, s) for s in range(3)])  # d = 1: tied tokens, a zero constraint row
-    assert not al.svm_pair_batch(a1, z1)[2].any()
+    assert not al.svm.svm_pair_batch(a1, z1)[2].any()
 
 
 def test_train_kq_grid_is_the_unpadded_run():
-    W = al.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1)
+    W = al.experiments.factorization.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1)
     assert W.shape == (1, 2, 3, 4, 4) and np.all(W[0, 0, :, 2:, :] == 0) and np.all(W[0, 0, :, :, 2:] == 0)
-    K0, Q0 = al.kq_init(3, 2, 2, seed=1)
+    K0, Q0 = al.optim.kq_init(3, 2, 2, seed=1)
     for j in range(3):
-        X, y, u, Z, _ = al.rank_instance(5, 4, 2, j)
-        traj = al.train_kq(al.self_attention(X, y, u, Z), K0[j], Q0[j], 40, "ngd", 0.1, normalize="separate")
+        X, y, u, Z, _ = al.datasets.rank_instance(5, 4, 2, j)
+        traj = al.optim.train_kq(al.self_attention(X, y, u, Z), K0[j], Q0[j], 40, "ngd", 0.1, normalize="separate")
         np.testing.assert_allclose(W[0, 0, j, :2, :2], traj.final[0], rtol=1e-10, atol=1e-12)
     mask = np.zeros((1, 2, 3), bool)
     mask[0, 1, 0] = True
-    Wm = al.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1, mask=mask)
+    Wm = al.experiments.factorization.train_kq_grid([(5, 4)], [2, 4], range(3), steps=40, seed=1, mask=mask)
     assert np.isnan(Wm[0, 0]).all() and np.array_equal(Wm[0, 1, 0], W[0, 1, 0])
 
 
 def test_trained_kq_spectra_are_relative_and_skip_infeasible():
-    grid = al.svm_rank_grid(configs=[(5, 5)], ds=[1, 6], seeds=range(3))
+    grid = al.experiments.factorization.svm_rank_grid(configs=[(5, 5)], ds=[1, 6], seeds=range(3))
     sv = grid.trained_kq_spectra(steps=300)
     assert sv.shape == (1, 2, 3, 6) and np.isnan(sv[0, 0]).all()  # d = 1: infeasible, not trained
     np.testing.assert_allclose(sv[0, 1, :, 0], 1.0)
     # the start K0 Q0ᵀ has full rank; after training, the rank at 0.01 is below d, like the nuclear SVM's
-    assert np.all(al.numerical_rank(grid.trained_kq_spectra(steps=0)[0, 1], 1e-6) == 6)
-    assert np.all(al.numerical_rank(sv[0, 1], 0.01) < 6) and np.all(grid.ranks(1e-6)[1, 0, 1] < 6)
+    assert np.all(al.metrics.numerical_rank(grid.trained_kq_spectra(steps=0)[0, 1], 1e-6) == 6)
+    assert np.all(al.metrics.numerical_rank(sv[0, 1], 0.01) < 6) and np.all(grid.ranks(1e-6)[1, 0, 1] < 6)
 
 
 def test_rank_one_stack_matches_the_dense_features():
@@ -243,11 +245,11 @@ def test_rank_one_stack_matches_the_dense_features():
 
 def test_local_convergence_is_train_and_train_kq_in_one_or_two_processes():
     probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
-    runs = [al.local_convergence(probs, 30, processes=p) for p in (1, 2)]
+    runs = [al.experiments.factorization.local_convergence(probs, 30, processes=p) for p in (1, 2)]
     stack = al.stack_problems(probs)
     W = al.train(stack, np.zeros((6, 6)), 30, "ngd", 0.1, record_steps=[30]).theta
-    K0, Q0 = al.kq_init(3, 6, 6, seed=0)
-    KQ = al.train_kq(stack, K0, Q0, 30, "ngd", 0.1, normalize="separate", record_steps=[30]).W
+    K0, Q0 = al.optim.kq_init(3, 6, 6, seed=0)
+    KQ = al.optim.train_kq(stack, K0, Q0, 30, "ngd", 0.1, normalize="separate", record_steps=[30]).W
     for run in runs:
         assert np.array_equal(run.W["W"], W) and np.array_equal(run.W["KQ"], KQ)
         assert run.select["W"].tolist() == [p.selection(w).tolist() for p, w in zip(probs, W[-1])]
@@ -256,6 +258,6 @@ def test_local_convergence_is_train_and_train_kq_in_one_or_two_processes():
             np.testing.assert_allclose(run.svms[kind][0, 0], sol.theta, atol=1e-8)
     assert all(np.array_equal(runs[0].svms[k], runs[1].svms[k], equal_nan=True) for k in ("W", "KQ"))
     with pytest.raises(ValueError, match="processes must be 1 or 2"):
-        al.local_convergence(probs, 5, processes=3)
+        al.experiments.factorization.local_convergence(probs, 5, processes=3)
     with pytest.raises(ValueError, match="self-attention"):
-        al.local_convergence([al.datasets.loss_study(3.0)] * 2, 5)
+        al.experiments.factorization.local_convergence([al.datasets.loss_study(3.0)] * 2, 5)

@@ -6,7 +6,7 @@ import pytest
 
 import attnlib as al
 
-LOSS_NAMES = sorted(al.LOSSES)
+LOSS_NAMES = sorted(al.losses.LOSSES)
 
 
 def random_prompt(seed, loss, n=4, T=5, d=3):
@@ -166,7 +166,7 @@ def test_inconsistent_factors_are_rejected():
 def test_problems_implement_the_attention_problem_protocol():
     prob = random_prompt(0, "logistic")
     stack = al.stack_problems([random_prompt(s, "logistic") for s in range(2)])
-    head = al.nonlinear_head(np.abs(np.random.default_rng(0).normal(size=(3, 4, 2))), np.eye(2), np.ones(2))
+    head = al.model.nonlinear_head(np.abs(np.random.default_rng(0).normal(size=(3, 4, 2))), np.eye(2), np.ones(2))
     for p in (prob, stack, head):
         assert isinstance(p, al.AttentionProblem)
     theta = np.random.default_rng(1).normal(size=(2,) + prob.shape)
@@ -182,16 +182,16 @@ def test_problems_implement_the_attention_problem_protocol():
 def test_joint_problems_implement_the_joint_protocol():
     X = np.random.default_rng(0).normal(size=(3, 4, 2))
     joint = al.JointAttention(X, [1.0, -1.0, 1.0], np.eye(2), "logistic")
-    assert isinstance(joint, al.JointProblem)
-    assert isinstance(al.joint_self_attention(X, [1, -1, 1]), al.JointProblem)
-    assert not isinstance(random_prompt(0, "logistic"), al.JointProblem)
+    assert isinstance(joint, al.model.JointProblem)
+    assert isinstance(al.model.joint_self_attention(X, [1, -1, 1]), al.model.JointProblem)
+    assert not isinstance(random_prompt(0, "logistic"), al.model.JointProblem)
 
 
 def test_stacked_joint_attention_matches_each_data_set():
     rng = np.random.default_rng(3)
     X, y = rng.normal(size=(2, 4, 3, 2)), rng.choice([-1.0, 1.0], size=(2, 4))
     p, v = rng.normal(size=(5, 2, 2)), rng.normal(size=(5, 2, 2))
-    stacked = al.joint.StackedJointAttention(X, y, np.eye(2), "logistic")
+    stacked = al.model.StackedJointAttention(X, y, np.eye(2), "logistic")
     (m_p, g_p), (m_v, g_v) = stacked.scaled_grad(p, v)
     for r in range(2):
         one = al.JointAttention(X[r], y[r], np.eye(2), "logistic")
@@ -201,19 +201,19 @@ def test_stacked_joint_attention_matches_each_data_set():
         np.testing.assert_allclose(g_v[:, r], h_v, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(stacked.value(p, v)[:, r], one.value(p[:, r], v[:, r]), rtol=1e-13)
     with pytest.raises(ValueError, match="labels -1 and \\+1"):
-        al.joint.StackedJointAttention(X, 2 * y, np.eye(2), "logistic")
+        al.model.StackedJointAttention(X, 2 * y, np.eye(2), "logistic")
 
 
 def test_check_labels_is_the_one_label_check():
-    assert al.check_labels([1, -1], 2).tolist() == [1.0, -1.0]
-    assert al.check_labels([[1, -1], [-1, -1]], (2, 2)).shape == (2, 2)
+    assert al.model.check_labels([1, -1], 2).tolist() == [1.0, -1.0]
+    assert al.model.check_labels([[1, -1], [-1, -1]], (2, 2)).shape == (2, 2)
     with pytest.raises(ValueError, match="shape \\(3,\\)"):
-        al.check_labels([1, -1], 3)
+        al.model.check_labels([1, -1], 3)
     with pytest.raises(ValueError, match="labels -1 and \\+1"):
-        al.check_labels([1, 0], 2)
+        al.model.check_labels([1, 0], 2)
     for build in (
-        lambda: al.logistic_regression(np.eye(2), [1, 2]),
-        lambda: al.fit_patch_head(np.ones((2, 3, 2)), [1, 0]),
+        lambda: al.model.logistic_regression(np.eye(2), [1, 2]),
+        lambda: al.experiments.real_tokens.fit_patch_head(np.ones((2, 3, 2)), [1, 0]),
         lambda: al.label_svm(np.eye(2), [1, 0.5]),
         lambda: al.prompt_attention(np.ones((2, 2, 2)), [1, 3], v=[0, 1]),
     ):

@@ -57,7 +57,7 @@ def test_non_finite_trajectory_stops_and_others_go_on():
     inits = np.array([[0.0, 0.0, 0.0], [1e308, 1e308, 0.0]])  # the key (1, 1) overflows the logit
     traj = al.train(prob, inits, steps=20)
     assert traj.stopped[0] is None
-    assert traj.stopped[1] == al.Stop(0, "non-finite value")
+    assert traj.stopped[1] == al.optim.Stop(0, "non-finite value")
     assert 1.9 < traj.norm[-1, 0] <= 2.0  # 20 unit-0.1 steps, nearly collinear
 
 
@@ -187,7 +187,7 @@ def test_train_joint_problem_takes_a_problem_with_one_data_set_per_row():
     """The parameter sizes come from the last axes, so a row-stacked problem trains as one batch."""
     sets = [al.datasets.joint_tokens(relaxed=r) for r in (False, True)]
     X, y = np.stack([s[0] for s in sets]), np.stack([s[1] for s in sets])
-    rows = al.joint.StackedJointAttention(X, y, np.eye(2), "logistic")
+    rows = al.model.StackedJointAttention(X, y, np.eye(2), "logistic")
     traj = al.optim.train_joint_problem(rows, np.zeros((2, 2)), np.ones((2, 2)), steps=10)
     assert traj.p.shape == (11, 2, 2) and traj.v.shape == (11, 2, 2)
     one = al.train_joint(*sets[1], np.zeros(2), np.ones(2), steps=10)
@@ -198,31 +198,31 @@ def test_train_joint_problem_takes_a_problem_with_one_data_set_per_row():
 
 
 def test_step_rules_by_name_and_as_objects():
-    assert isinstance(al.step_rule("gd"), al.GradientDescent)
-    assert isinstance(al.step_rule("ngd"), al.NormalizedGradientDescent)
-    assert al.step_rule("polyak", polyak_max_step=3.0) == al.PolyakStep(3.0)
-    rule = al.PolyakStep(5.0)
+    assert isinstance(al.step_rule("gd"), al.optim.GradientDescent)
+    assert isinstance(al.step_rule("ngd"), al.optim.NormalizedGradientDescent)
+    assert al.step_rule("polyak", polyak_max_step=3.0) == al.optim.PolyakStep(3.0)
+    rule = al.optim.PolyakStep(5.0)
     assert al.step_rule(rule) is rule
     with pytest.raises(ValueError, match="method must be one of"):
         al.step_rule("adam")
     lrs, log_gn, log_gap = np.array([0.5, 2.0]), np.log([4.0, 0.25]), np.log([2.0, 1.0])
-    np.testing.assert_allclose(al.GradientDescent().lengths(lrs, log_gn), [2.0, 0.5])
-    np.testing.assert_allclose(al.NormalizedGradientDescent().lengths(lrs, log_gn), lrs)
-    np.testing.assert_allclose(al.PolyakStep().lengths(lrs, log_gn, log_gap), [0.25, 8.0])
+    np.testing.assert_allclose(al.optim.GradientDescent().lengths(lrs, log_gn), [2.0, 0.5])
+    np.testing.assert_allclose(al.optim.NormalizedGradientDescent().lengths(lrs, log_gn), lrs)
+    np.testing.assert_allclose(al.optim.PolyakStep().lengths(lrs, log_gn, log_gap), [0.25, 8.0])
 
 
 def test_train_takes_a_step_rule_object():
     prob = al.datasets.single_input(local=True)
     by_name = al.train(prob, al.datasets.SINGLE_INPUT_INITS, steps=200, method="polyak", lr=1.0, polyak_max_step=5.0)
-    by_rule = al.train(prob, al.datasets.SINGLE_INPUT_INITS, steps=200, method=al.PolyakStep(5.0), lr=1.0)
+    by_rule = al.train(prob, al.datasets.SINGLE_INPUT_INITS, steps=200, method=al.optim.PolyakStep(5.0), lr=1.0)
     np.testing.assert_array_equal(by_name.theta, by_rule.theta)
     assert by_name.stopped == by_rule.stopped and by_rule.method == "polyak"
 
 
 def test_factor_and_parameter_trajectories_share_the_batch_record():
     prob = al.datasets.random_tokens(4, 5, 6, seed=0, queries="cross")
-    K0, Q0 = al.kq_init(3, 6, 6, m=2, seed=1)
-    kq = al.train_kq(prob, K0, Q0, steps=4, lr=0.1)
+    K0, Q0 = al.optim.kq_init(3, 6, 6, m=2, seed=1)
+    kq = al.optim.train_kq(prob, K0, Q0, steps=4, lr=0.1)
     part = kq.select([0, 2])
     assert isinstance(kq, al.optim.BatchRecord)
     assert part.K.shape == (5, 2, 6, 2) and part.loss.shape == (5, 2) and len(part.stopped) == 2

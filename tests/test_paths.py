@@ -71,8 +71,8 @@ def test_log_gap_gradient_matches_finite_differences(scale, central_difference):
     prob = unequal_multi_input(1)
     rng = np.random.default_rng(3)
     p = scale * (al.max_margin(prob).direction + 0.3 * rng.standard_normal(3))
-    f, g = al.log_gap_grad(prob, p)
-    fd = central_difference(lambda q: float(al.log_gap_grad(prob, q)[0]), p, 1e-6)
+    f, g = al.paths.log_gap_grad(prob, p)
+    fd = central_difference(lambda q: float(al.paths.log_gap_grad(prob, q)[0]), p, 1e-6)
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
     assert f == pytest.approx(float(prob.log_gap(p)))
 
@@ -81,9 +81,9 @@ def test_log_gap_gradient_for_matrix_parameter_and_batch(central_difference):
     prob = al.datasets.random_tokens(3, 4, 4, seed=2)
     rng = np.random.default_rng(4)
     W = 2.0 * rng.standard_normal((3, 4, 4))
-    f, g = al.log_gap_grad(prob, W)
+    f, g = al.paths.log_gap_grad(prob, W)
     assert f.shape == (3,) and g.shape == (3, 4, 4)
-    fd = central_difference(lambda w: float(al.log_gap_grad(prob, w)[0]), W[1], 1e-6)
+    fd = central_difference(lambda w: float(al.paths.log_gap_grad(prob, w)[0]), W[1], 1e-6)
     np.testing.assert_allclose(g[1], fd, rtol=1e-5, atol=1e-7)
 
 
@@ -91,21 +91,21 @@ def test_factor_gradients_match_finite_differences(central_difference):
     prob = al.datasets.random_tokens(3, 4, 4, seed=5)
     rng = np.random.default_rng(6)
     K, Q = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
-    gK, gQ = al.factor_grad(prob.grad(K @ Q.T), K, Q)
+    gK, gQ = al.model.factor_grad(prob.grad(K @ Q.T), K, Q)
     fdK = central_difference(lambda k: float(prob.value(k @ Q.T)), K, 1e-6)
     fdQ = central_difference(lambda q: float(prob.value(K @ q.T)), Q, 1e-6)
     np.testing.assert_allclose(gK, fdK, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(gQ, fdQ, rtol=1e-6, atol=1e-9)
     # and of the log-gap objective, as the (K, Q) path uses it
-    _, gW = al.log_gap_grad(prob, K @ Q.T)
-    gK, _ = al.factor_grad(gW, K, Q)
+    _, gW = al.paths.log_gap_grad(prob, K @ Q.T)
+    gK, _ = al.model.factor_grad(gW, K, Q)
     fdK = central_difference(lambda k: float(prob.log_gap(k @ Q.T)), K, 1e-6)
     np.testing.assert_allclose(gK, fdK, rtol=1e-5, atol=1e-8)
 
 
 def nonlinear_model():
     rng = np.random.default_rng(0)
-    return al.nonlinear_head(rng.normal(size=(3, 3, 6)), rng.normal(size=(8, 6)), rng.uniform(size=8))
+    return al.model.nonlinear_head(rng.normal(size=(3, 3, 6)), rng.normal(size=(8, 6)), rng.uniform(size=8))
 
 
 @pytest.mark.parametrize("scale", [0.3, 3.0, 300.0])
@@ -118,7 +118,7 @@ def test_nonlinear_head_gradients_match_finite_differences(scale, central_differ
         fd = central_difference(lambda q: float(model.value(q)), p, 1e-6)
         np.testing.assert_allclose(model.grad(p), fd, rtol=1e-5, atol=1e-9)
         assert np.exp(model.log_gap(p)) == pytest.approx(float(model.value(p)) - model.loss_floor, rel=1e-8)
-    _, g = al.log_gap_grad(model, p)
+    _, g = al.paths.log_gap_grad(model, p)
     fd = central_difference(lambda q: float(model.log_gap(q)), p, 1e-6)
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-7)
 
@@ -179,11 +179,11 @@ def test_bad_problem_and_shapes_raise():
     with pytest.raises(ValueError, match="width"):
         al.regularization_path(prob, [1.0], parametrization="kq", width=0)
     with pytest.raises(ValueError, match="theta"):
-        al.log_gap_grad(prob, np.zeros(4))
+        al.paths.log_gap_grad(prob, np.zeros(4))
     with pytest.raises(ValueError, match="V must"):
-        al.nonlinear_head(np.zeros((2, 3, 4)), np.ones((5, 3)), np.ones(5))
+        al.model.nonlinear_head(np.zeros((2, 3, 4)), np.ones((5, 3)), np.ones(5))
     with pytest.raises(ValueError, match="u >= 0"):
-        al.nonlinear_head(np.ones((2, 3, 4)), np.ones((5, 4)), -np.ones(5))
+        al.model.nonlinear_head(np.ones((2, 3, 4)), np.ones((5, 4)), -np.ones(5))
     with pytest.raises(ValueError, match="p must"):
         nonlinear_model().grad(np.zeros(5))
 
@@ -193,22 +193,32 @@ def test_bad_problem_and_shapes_raise():
 
 def test_parameter_norm_min_margin_and_margin_ratio_of_the_svm():
     M = np.diag([3.0, 4.0])
-    assert al.parameter_norm(M, "fro", 2) == pytest.approx(5.0)
-    assert al.parameter_norm(M, "nuc", 2) == pytest.approx(7.0)
-    np.testing.assert_allclose(al.parameter_norm(np.ones((4, 3)), "fro", 1), np.sqrt(3.0))
+    assert al.experiments.regularization_path.parameter_norm(M, "fro", 2) == pytest.approx(5.0)
+    assert al.experiments.regularization_path.parameter_norm(M, "nuc", 2) == pytest.approx(7.0)
+    np.testing.assert_allclose(
+        al.experiments.regularization_path.parameter_norm(np.ones((4, 3)), "fro", 1), np.sqrt(3.0)
+    )
     with pytest.raises(ValueError, match="norm"):
-        al.parameter_norm(M, "max", 2)
+        al.experiments.regularization_path.parameter_norm(M, "max", 2)
     with pytest.raises(ValueError, match="trailing axes"):
-        al.parameter_norm(np.ones(3), "nuc", 1)
+        al.experiments.regularization_path.parameter_norm(np.ones(3), "nuc", 1)
     prob = unequal_multi_input(0)
     sol = al.max_margin(prob)
-    assert al.min_margin(prob, sol.theta) == pytest.approx(1.0, abs=1e-6)  # the SVM's active constraints
-    assert al.margin_ratio(prob, 7.0 * sol.theta, sol.theta) == pytest.approx(1.0, abs=1e-6)
+    assert al.experiments.regularization_path.min_margin(prob, sol.theta) == pytest.approx(
+        1.0, abs=1e-6
+    )  # the SVM's active constraints
+    assert al.experiments.regularization_path.margin_ratio(prob, 7.0 * sol.theta, sol.theta) == pytest.approx(
+        1.0, abs=1e-6
+    )
     sa = al.datasets.random_tokens(3, 4, 4, seed=1)
     fro, nuc = al.max_margin(sa), al.max_margin(sa, norm="nuc")
-    assert al.margin_ratio(sa, nuc.theta, nuc.theta, "nuc") == pytest.approx(1.0, abs=1e-5)
-    assert al.margin_ratio(sa, fro.theta, nuc.theta, "nuc") < 1.0  # the other SVM has a smaller ratio
-    assert al.margin_ratio(sa, nuc.theta, fro.theta, "fro") < 1.0
+    assert al.experiments.regularization_path.margin_ratio(sa, nuc.theta, nuc.theta, "nuc") == pytest.approx(
+        1.0, abs=1e-5
+    )
+    assert (
+        al.experiments.regularization_path.margin_ratio(sa, fro.theta, nuc.theta, "nuc") < 1.0
+    )  # the other SVM has a smaller ratio
+    assert al.experiments.regularization_path.margin_ratio(sa, nuc.theta, fro.theta, "fro") < 1.0
 
 
 @pytest.mark.parametrize("loss", ["logistic", "exponential", "linear"])
@@ -219,7 +229,7 @@ def test_loss_gap_lower_bound_behind_ray_margin_bound(loss):
     sol = al.max_margin(prob)
     rng = np.random.default_rng(0)
     theta = sol.theta * rng.uniform(0.5, 30.0, size=(200, 1)) + rng.normal(scale=2.0, size=(200, 3))
-    m = al.min_margin(prob, theta)
+    m = al.experiments.regularization_path.min_margin(prob, theta)
     g_opt = prob.gamma[np.arange(prob.n), prob.opt]
     w = np.min((-prob.loss.derivative(g_opt)[:, None] * (g_opt[:, None] - prob.gamma))[:, 1:]) / prob.n
     lower = np.log(w) - np.logaddexp(m, np.log(prob.T - 1))
@@ -233,12 +243,12 @@ def test_ray_margin_bound_holds_on_the_path_and_tends_to_one():
     sol = al.max_margin(prob)
     radii = np.array([2.0, 20.0, 200.0, 2000.0])
     path = al.regularization_path(prob, radii, n_starts=3, seed=0)
-    lo = al.ray_margin_bound(prob, sol.theta, radii)
+    lo = al.experiments.regularization_path.ray_margin_bound(prob, sol.theta, radii)
     assert np.all(np.diff(lo) > 0) and lo[-1] > 0.99
-    assert np.all(al.ray_gap_excess(prob, path, sol.theta) >= -1e-9)
-    rho = al.margin_ratio(prob, path.theta, sol.theta)
+    assert np.all(al.experiments.regularization_path.ray_gap_excess(prob, path, sol.theta) >= -1e-9)
+    rho = al.experiments.regularization_path.margin_ratio(prob, path.theta, sol.theta)
     assert np.all(rho >= lo - 1e-12) and np.all(rho <= 1 + 1e-9)
-    bound = al.direction_bound(lo)
+    bound = al.paths.direction_bound(lo)
     err = al.one_minus_cosine(path.theta, sol.theta)
     assert np.all(err[lo > 0] <= bound[lo > 0])
     # a wrong reference (the SVM on the raw tokens instead of the keys) violates the bound
@@ -252,15 +262,15 @@ def prob_raw_tokens(prob):
 
 
 def test_direction_bound_from_margin_ratio():
-    assert al.direction_bound(0.5) == pytest.approx(3.0)
-    assert al.direction_bound(-0.1) == np.inf
+    assert al.paths.direction_bound(0.5) == pytest.approx(3.0)
+    assert al.paths.direction_bound(-0.1) == np.inf
     prob = unequal_multi_input(0)
     sol = al.max_margin(prob)
     theta = sol.theta + np.random.default_rng(2).normal(scale=0.3, size=(500, 3))
-    rho = al.margin_ratio(prob, theta, sol.theta)
+    rho = al.experiments.regularization_path.margin_ratio(prob, theta, sol.theta)
     ok = rho > 0
     assert ok.sum() > 100
-    assert np.all(al.one_minus_cosine(theta[ok], sol.theta) <= al.direction_bound(rho[ok]) + 1e-12)
+    assert np.all(al.one_minus_cosine(theta[ok], sol.theta) <= al.paths.direction_bound(rho[ok]) + 1e-12)
 
 
 def test_kq_path_with_guide_start():
@@ -271,7 +281,7 @@ def test_kq_path_with_guide_start():
     assert kq.start_objective.shape == (3, 4)  # 2·n_starts + 1 + the guide
     np.testing.assert_allclose(kq.norm, radii, rtol=1e-10)
     nuc = al.max_margin(prob, norm="nuc")
-    assert np.all(al.ray_gap_excess(prob, kq, nuc.theta, "nuc") >= -1e-9)
+    assert np.all(al.experiments.regularization_path.ray_gap_excess(prob, kq, nuc.theta, "nuc") >= -1e-9)
     with pytest.raises(ValueError, match="guide"):
         al.regularization_path(prob, radii, parametrization="kq", guide=w.theta[:2])
 
@@ -291,6 +301,7 @@ def test_minimiser_inside_the_ball_when_the_svm_is_infeasible():
 # ---------------------------------------------------------------------- the local path (ball ∩ cone)
 
 from attnlib import paths  # noqa: E402
+from attnlib.experiments import local_convergence as local  # noqa: E402
 
 
 def test_cone_project_is_the_nearest_feasible_point():
@@ -324,12 +335,12 @@ def test_selection_log_gap_matches_direct_difference_and_its_gradient():
 def test_local_path_converges_for_a_locally_optimal_selection_and_obeys_its_bound():
     prob = al.datasets.single_input(local=True)
     sol = al.max_margin(prob, np.array([1]))
-    case = paths.local_path_case(prob, sol, per_decade=2)
+    case = local.local_path_case(prob, sol, per_decade=2)
     assert case.locally_optimal and case.resolved
     np.testing.assert_allclose(case.path.norm, case.radii, rtol=1e-9)
     assert np.all(case.omc <= case.bound + 1e-15)
     rho = al.normalized_margin(prob, case.path.theta, np.array([1])) * np.linalg.norm(sol.theta)
-    lo = paths.cone_margin_bound(prob, [1], sol.theta, case.radii, case.mu, case.min_norm)
+    lo = local.cone_margin_bound(prob, [1], sol.theta, case.radii, case.mu, case.min_norm)
     assert np.all(rho >= lo - 1e-12)
     # the failing input of the chapter's check: the wrong reference direction (p_mm*)
     wrong = al.one_minus_cosine(case.path.theta[-1], al.max_margin(prob).theta)
@@ -339,11 +350,11 @@ def test_local_path_converges_for_a_locally_optimal_selection_and_obeys_its_boun
 def test_local_path_leaves_when_every_neighbour_scores_higher():
     prob = al.datasets.single_input(local=True)
     sol = al.max_margin(prob, np.array([2]))
-    case = paths.local_path_case(prob, sol, per_decade=1)
+    case = local.local_path_case(prob, sol, per_decade=1)
     assert not case.locally_optimal and case.all_higher
     assert case.leave > 0.99
-    assert paths.admissible_cone_angle(prob, [2], sol.theta) == 0.0
-    assert np.all(paths.cone_margin_bound(prob, [2], sol.theta, [10.0], 0.001, 1.0) == -np.inf)
+    assert local.admissible_cone_angle(prob, [2], sol.theta) == 0.0
+    assert np.all(local.cone_margin_bound(prob, [2], sol.theta, [10.0], 0.001, 1.0) == -np.inf)
 
 
 def test_cone_too_wide_has_no_bound_and_the_path_sits_on_its_edge():
@@ -351,7 +362,7 @@ def test_cone_too_wide_has_no_bound_and_the_path_sits_on_its_edge():
     prob = al.datasets.single_input(local=True)
     sol = al.max_margin(prob, np.array([1]))
     mu = 0.05  # 18° > the admissible 5.45°
-    assert np.arccos(1 - mu) > paths.admissible_cone_angle(prob, [1], sol.theta)
-    assert paths.cone_min_norm(prob, [1], sol.theta, mu) == np.inf
+    assert np.arccos(1 - mu) > local.admissible_cone_angle(prob, [1], sol.theta)
+    assert local.cone_min_norm(prob, [1], sol.theta, mu) == np.inf
     path = paths.local_regularization_path(prob, np.array([1]), [10.0, 100.0], mu, min_norm=1.0)
     np.testing.assert_allclose(al.one_minus_cosine(path.theta, sol.theta), mu, rtol=1e-6)

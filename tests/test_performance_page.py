@@ -41,10 +41,10 @@ def test_the_committed_results_are_drawn():
 
 def test_read_summaries_keeps_run_summaries_only(tmp_path):
     (tmp_path / "01_a.json").write_text(json.dumps({"notebook": "01_a.ipynb", "duration_s": 2.0}))
-    (tmp_path / "08_performance.json").write_text(json.dumps({"notebook": "08.ipynb", "duration_s": 1.0}))
+    (tmp_path / "12_performance.json").write_text(json.dumps({"notebook": "08.ipynb", "duration_s": 1.0}))
     (tmp_path / "broken.json").write_text("{")
     (tmp_path / "other.json").write_text("[1, 2]")
-    found = perf.read_summaries(tmp_path, exclude="08_performance")
+    found = perf.read_summaries(tmp_path, exclude="12_performance")
     assert [s["notebook"] for s in found] == ["01_a.ipynb"]
     fig, note = perf.book_times_figure(found, None)
     assert "1 chapters, 2 s" in note

@@ -8,7 +8,7 @@ import attnlib as al
 
 seeds = st.integers(0, 2**31 - 1)
 sizes = st.tuples(st.integers(1, 4), st.integers(2, 5), st.integers(1, 4))
-losses = st.sampled_from(sorted(al.LOSSES))
+losses = st.sampled_from(sorted(al.losses.LOSSES))
 FAST = settings(max_examples=40, deadline=None, derandomize=True)  # the same examples in every run
 
 

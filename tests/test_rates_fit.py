@@ -13,7 +13,7 @@ def test_offset_equilibrium_matches_the_two_input_balance(loss, C):
     # Keys (1, ±1) against (0, 0): p_mm* = (1, 0), both tokens are neighbours, and the offset
     # balances C|l'(C)| e^{-p2} against |l'(1)| e^{p2}: p2 = (1/2) ln(C |l'(C)| / |l'(1)|).
     prob = al.datasets.loss_study(C, loss)
-    q, kappa = al.offset_equilibrium(prob, al.max_margin(prob))
+    q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, al.max_margin(prob))
     dl = (lambda u: expit(-u)) if loss == "logistic" else (lambda u: 1.0)
     assert q[1] == pytest.approx(0.5 * np.log(C * dl(C) / dl(1.0)), abs=1e-9)
     assert abs(q[0]) < 1e-9 and q[2] == 0.0
@@ -24,14 +24,14 @@ def test_single_neighbour_has_no_sideways_pull():
     prob = al.datasets.single_input()  # Fig. 1(a): one SVM-neighbour, parallel to p_mm*
     sol = al.max_margin(prob)
     assert sol.neighbors.sum() == 1
-    q, kappa = al.offset_equilibrium(prob, sol)
+    q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, sol)
     assert kappa == 0.0 and np.all(q == 0.0)
 
 
 def test_ngd_offset_converges_to_the_equilibrium():
     prob = al.datasets.loss_study(3.0)
     sol = al.max_margin(prob)
-    q, kappa = al.offset_equilibrium(prob, sol)
+    q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, sol)
     traj = al.train(prob, np.array([[0.0, 2.0, 0.0], [0.0, -3.0, 0.0]]), steps=800, method="ngd", lr=0.1)
     offset = traj.final - (traj.final @ sol.direction)[:, None] * sol.direction
     assert np.allclose(offset, q, atol=1e-6)
@@ -43,7 +43,7 @@ def test_offset_equilibrium_is_a_stationary_point_of_the_neighbours_pull():
     for seed in range(6):
         prob = al.datasets.multi_input(seed)
         sol = al.max_margin(prob)
-        q, kappa = al.offset_equilibrium(prob, sol)
+        q, kappa = al.experiments.global_convergence.offset_equilibrium(prob, sol)
         rows, toks = np.nonzero(sol.neighbors)
         d = prob.A[rows, 0] - prob.A[rows, toks]
         w = np.abs(prob.loss.derivative(prob.gamma[rows, 0])) * (prob.gamma[rows, 0] - prob.gamma[rows, toks])

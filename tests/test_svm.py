@@ -151,14 +151,14 @@ def test_fig1b_local_optimality_table():
     np.testing.assert_allclose(reports[(2,)].solution.theta[:2], [-1.0, -1.1], atol=1e-8)
     assert reports[(1,)].solution.neighbors.tolist() == [[False, False, True]]
     assert reports[(2,)].solution.neighbors.tolist() == [[True, True, False]]
-    assert [r.select for r in al.locally_optimal_selections(prob)] == [(0,), (1,)]
+    assert [r.select for r in al.svm.locally_optimal_selections(prob)] == [(0,), (1,)]
 
 
 def test_fig1a_tie_makes_the_local_selection_not_locally_optimal():
     prob = al.datasets.single_input(local=False)
-    assert al.is_locally_optimal(prob, [0])
-    assert not al.is_locally_optimal(prob, [1])  # its neighbour (0, 0) ties at score 0.9
-    assert not al.is_locally_optimal(prob, [2])
+    assert al.svm.is_locally_optimal(prob, [0])
+    assert not al.svm.is_locally_optimal(prob, [1])  # its neighbour (0, 0) ties at score 0.9
+    assert not al.svm.is_locally_optimal(prob, [2])
 
 
 def test_enumeration_refuses_huge_problems():

@@ -39,7 +39,7 @@ _ROTATION_DEGREES = 1.5
 _applied: list[str] = []
 # Modules whose functions the mutants replace; imported before patching (the book package may be
 # imported before them). Missing ones are skipped: a mutant then reports that it found nothing.
-_CORE = ("svm", "optim", "factorization", "decoder", "paths", "basins", "joint", "rates", "digits")
+_CORE = ("model", "svm", "optim", "paths", "metrics", "fits", "datasets")
 
 
 def _modules():

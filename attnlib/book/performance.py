@@ -5,7 +5,7 @@ Every function takes the parsed results (``core``: ``benchmarks/results/core.jso
 saying "no results" where a section is missing, so the page renders before any benchmark ran.
 
 >>> import attnlib as al
->>> fig = al.book.performance.batching_figure(None)  # no results yet: two empty panels
+>>> fig = batching_figure(None)  # no results yet: two empty panels
 >>> [ax.texts[0].get_text() for ax in fig.axes]
 ['no results', 'no results']
 """
@@ -17,7 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model import TokenSelectionProblem
+from ..optim import train
 from .files import find_upwards
+from .timing import blas_threads, timed
 
 
 def results_folder(relative: str, given: str = "") -> Path | None:
@@ -302,10 +305,6 @@ def measure_batching(prob, batch_sizes, work: int, repeats: int, rng) -> list[di
     ``B``, ``steps`` and the seconds per step of ``generic``, ``rank_one`` and ``matmul`` (the faster
     of the default BLAS threads and one thread: threads fight over a loaded machine's cores).
     """
-    from ..model import TokenSelectionProblem
-    from ..optim import train
-    from .timing import blas_threads, timed
-
     generic = TokenSelectionProblem(prob.A, prob.gamma, prob.loss)  # the same problem without its factors
     shape = prob.A.shape[2:]  # the parameter's shape, (d, d) for self-attention
     size, nT = int(np.prod(shape)), prob.A.shape[0] * prob.A.shape[1]

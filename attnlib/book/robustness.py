@@ -35,7 +35,7 @@ from pathlib import Path
 from .checks import FAILED, STATUSES, status_of
 from .files import log as _log
 from .files import write_atomically, write_json_atomically
-from .run import EXIT_USAGE, UsageError
+from .run import EXIT_USAGE, UsageError, notebook_parameters
 from .sweep import PROJECT_ROOT, run_sweep
 
 __all__ = [
@@ -60,8 +60,8 @@ THEOREM_CHAPTERS = (
     "04_joint_training",
     "05_fast_rates",
     "06_real_tokens",
-    "10_factorization",
-    "11_decoder_and_initialisation",
+    "07_factorization",
+    "08_decoder_and_initialisation",
 )
 TABLE_DIR = Path("book/robustness")
 COLUMNS = (
@@ -313,8 +313,6 @@ def run_robustness(
     # Chapters swept earlier keep their entries: `--chapters` refreshes some of them.
     record = read_record(table_dir)
     record.setdefault("chapters", {})
-    from .run import notebook_parameters
-
     for chapter in chapters:
         notebook = root / "notebooks" / f"{chapter}.ipynb"
         known = notebook_parameters(notebook) or {}

@@ -15,7 +15,7 @@
 
 Parameter names are checked against the notebook's ``parameters``-tagged cell *before* a kernel
 starts (papermill itself only warns about an unknown name and runs anyway). The checks are the
-records that :class:`attnlib.Checks` emits as outputs of MIME type :data:`attnlib.CHECK_MIME`; they
+records that :class:`attnlib.Checks` emits as outputs of MIME type :data:`attnlib.book.CHECK_MIME`; they
 are collected even when a later cell failed.
 
 ``python -m attnlib run NOTEBOOK -p NAME VALUE ... -o OUT.ipynb`` is the command-line face of it
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .checks import CHECK_MIME, describe_counts, status_of
 from .files import write_json_atomically
+from .widgets import static_explorers
 
 __all__ = [
     "UsageError",
@@ -208,8 +209,6 @@ def execute_notebook(
     destination_ok.parent.mkdir(parents=True, exist_ok=True)
 
     import papermill  # lazily: attnlib must import without Jupyter
-
-    from .widgets import static_explorers
 
     # A hidden temporary name in the destination folder: the final rename is atomic, and nothing
     # that reads `output` ever sees a half-written notebook.

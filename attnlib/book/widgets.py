@@ -474,7 +474,7 @@ def explorer(
 
         def draw(lr, seed, start):
             ...  # train from `start` with step size `lr`, plot the path; return fig
-        al.widgets.explorer(draw, "lr", [0.01, 0.1, 1.0], "step size η",
+        al.book.widgets.explorer(draw, "lr", [0.01, 0.1, 1.0], "step size η",
                             live={"seed": 0, "start": (1.0, -0.5)})
     """
     live = dict(live or {})

@@ -1,169 +1,34 @@
-"""Real tokens: image patches of scikit-learn's handwritten digits.
+"""Chapter 6, real tokens: attention trained on image patches of handwritten digits.
 
-Each 8×8 digit is cut into ``T = (8/patch)²`` non-overlapping ``patch×patch`` patches. Token
-``t`` of image ``i`` is the patch's pixels (scaled to [0, 1]) followed by a one-hot positional
-code of the patch's place, times ``pos_scale``:
-
-.. math::
-
-    x_{it} = \\big(\\mathrm{pixels}_{it},\\; s\\, e_t\\big) \\in \\mathbb{R}^{\\mathrm{patch}^2 + T}.
-
-Two digit classes give the binary task, ``y = +1`` for ``digits[0]`` and ``−1`` for ``digits[1]``.
-The data ship with scikit-learn (no download). :func:`fit_patch_head` fits a fixed linear head
-on patches, which gives every patch a score ``γ_it = y_i vᵀ x_it`` ([MMTS] prompt attention).
-
->>> import attnlib as al
->>> data = al.digit_patches(digits=(3, 8), patch=4, n=10, seed=0)
->>> data.X.shape, data.T, data.d, sorted(set(data.y.tolist()))
-((10, 4, 20), 4, 20, [-1.0, 1.0])
+The data are :func:`attnlib.datasets.digit_patches` (each 8×8 digit cut into patches, with a
+positional code). :func:`fit_patch_head` fits a fixed linear head on patches, which gives every
+patch a score ``γ_it = y_i vᵀ x_it`` ([MMTS] prompt attention); :func:`attention_run` trains the
+attention on them, :func:`selection_study` follows the selection of many heads at once, and
+:func:`nested_svms` compares the SVMs of nested selections.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from ..datasets import DigitPatches, cone_starts
+from ..metrics import log_one_minus_mass, offset_exponent, one_minus_cosine, orthogonal_offset
+from ..model import check_integer, check_labels, prompt_attention, self_attention
+from ..optim import log_steps, train, train_problems
+from ..svm import InfeasibleError, is_locally_optimal, max_margin
+
 __all__ = [
-    "DigitPatches",
-    "digit_patches",
     "fit_patch_head",
     "follow_selection",
     "score_spread",
     "nested_svms",
     "gap_cone_start",
-    "train_problems",
     "SelectionStudy",
     "selection_study",
     "attention_run",
 ]
-
-#: Side of a scikit-learn digit image, in pixels.
-IMAGE_SIZE = 8
-
-
-@dataclass(frozen=True, eq=False)
-class DigitPatches:
-    """Digits as token sequences.
-
-    Attributes:
-        X: (n, T, d) tokens, ``d = patch² + T``: pixels in [0, 1] then ``pos_scale`` times a
-            one-hot code of the patch's position (row-major over the patch grid).
-        y: (n,) labels, ``+1`` for ``digits[0]`` and ``−1`` for ``digits[1]``.
-        images: (n, 8, 8) the images, pixels in [0, 1].
-        index: (n,) row of each image in ``sklearn.datasets.load_digits()``.
-        digits: the two digit classes.  patch: patch side in pixels.  pos_scale: size of the code.
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    images: np.ndarray
-    index: np.ndarray
-    digits: tuple[int, int]
-    patch: int
-    pos_scale: float
-
-    @property
-    def n(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def T(self) -> int:
-        return self.X.shape[1]
-
-    @property
-    def d(self) -> int:
-        return self.X.shape[2]
-
-    @property
-    def grid(self) -> int:
-        """Patches per side, ``8 // patch``."""
-        return IMAGE_SIZE // self.patch
-
-    def __len__(self) -> int:
-        return self.n
-
-    def subset(self, index) -> DigitPatches:
-        """The images ``index`` (a slice, indices or a mask) as a new :class:`DigitPatches`."""
-        return DigitPatches(
-            self.X[index], self.y[index], self.images[index], self.index[index], self.digits, self.patch, self.pos_scale
-        )
-
-    def corner(self, t: int) -> tuple[int, int]:
-        """``(row, column)`` of the top-left pixel of patch ``t``."""
-        if not 0 <= t < self.T:
-            raise ValueError(f"patch index must be in [0, {self.T - 1}], got {t}")
-        return (t // self.grid) * self.patch, (t % self.grid) * self.patch
-
-    def patch_map(self, values) -> np.ndarray:
-        """Paint one value per patch onto its pixels: ``values`` (..., T) → (..., 8, 8).
-
-        >>> import numpy as np, attnlib as al
-        >>> data = al.digit_patches(patch=4, n=2)
-        >>> data.patch_map(np.arange(4.0))[[0, 0, 7, 7], [0, 7, 0, 7]].tolist()
-        [0.0, 1.0, 2.0, 3.0]
-        """
-        values = np.asarray(values, float)
-        if values.shape[-1] != self.T:
-            raise ValueError(f"values must have a last axis of length T={self.T}, got shape {values.shape}")
-        g, s = self.grid, self.patch
-        grid = values.reshape(values.shape[:-1] + (g, g))
-        return np.repeat(np.repeat(grid, s, axis=-2), s, axis=-1)
-
-
-def _check_int(name: str, value, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
-        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    return int(value)
-
-
-def digit_patches(digits=(3, 8), patch: int = 4, n: int | None = None, seed=0, pos_scale: float = 1.0) -> DigitPatches:
-    """Images of two digit classes as patch tokens with a positional code, labels ±1.
-
-    The images of each class are shuffled with ``seed`` and then interleaved (``digits[0]``,
-    ``digits[1]``, ``digits[0]``, …), so that every prefix ``subset(slice(0, m))`` with ``m`` even
-    holds as many images of each class; images of the larger class left over come last.
-
-    Args:
-        digits: two different digits in 0..9.
-        patch: patch side, a divisor of 8 (1, 2, 4 or 8), so ``T = (8/patch)²`` tokens per image.
-        n: number of images (``None``: all images of the two classes, about 360).
-        seed: an int or a ``numpy.random.Generator``.
-        pos_scale: size of the one-hot positional code (> 0).
-
-    >>> import attnlib as al
-    >>> data = al.digit_patches(digits=(0, 1), patch=2, n=6, seed=1)
-    >>> data.X.shape, data.y.tolist()
-    ((6, 16, 20), [1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
-    """
-    digits = tuple(digits)
-    if len(digits) != 2:
-        raise ValueError(f"digits must be two digit classes, got {digits!r}")
-    a, b = (_check_int("digits", c, 0, 9) for c in digits)
-    if a == b:
-        raise ValueError(f"digits must be two different classes, got {digits!r}")
-    patch = _check_int("patch", patch, 1, IMAGE_SIZE)
-    if IMAGE_SIZE % patch:
-        raise ValueError(f"patch must divide {IMAGE_SIZE} (1, 2, 4 or 8), got {patch}")
-    if isinstance(pos_scale, bool) or not np.isfinite(pos_scale) or pos_scale <= 0:
-        raise ValueError(f"pos_scale must be a positive finite number, got {pos_scale!r}")
-    raw_images, target = _digits_table()  # scikit-learn's load_digits(), without importing scikit-learn
-    rng = np.random.default_rng(seed)
-    rows = [rng.permutation(np.flatnonzero(target == c)) for c in (a, b)]
-    m = min(len(r) for r in rows)
-    order = np.concatenate([np.stack([rows[0][:m], rows[1][:m]], axis=1).ravel(), rows[0][m:], rows[1][m:]])
-    if n is not None:
-        n = _check_int("n", n, 1, len(order))
-        order = order[:n]
-    images = raw_images[order] / 16.0
-    g = IMAGE_SIZE // patch
-    T = g * g
-    pixels = images.reshape(-1, g, patch, g, patch).transpose(0, 1, 3, 2, 4).reshape(-1, T, patch * patch)
-    code = np.broadcast_to(float(pos_scale) * np.eye(T), (len(order), T, T))
-    X = np.concatenate([pixels, code], axis=-1)
-    y = np.where(target[order] == a, 1.0, -1.0)
-    return DigitPatches(X, y, images, order, (a, b), patch, float(pos_scale))
 
 
 def fit_patch_head(X, y, ridge: float = 1.0) -> np.ndarray:
@@ -183,10 +48,9 @@ def fit_patch_head(X, y, ridge: float = 1.0) -> np.ndarray:
 
     >>> import numpy as np, attnlib as al
     >>> X = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.0, 0.0]]])
-    >>> np.round(al.fit_patch_head(X, [1, -1], ridge=1.0), 3).tolist()
+    >>> np.round(fit_patch_head(X, [1, -1], ridge=1.0), 3).tolist()
     [0.5, -0.5]
     """
-    from .model import check_labels
 
     X = np.asarray(X, float)
     if X.ndim != 3:
@@ -216,23 +80,21 @@ def follow_selection(
         cache: a dict reused across calls on the same ``prob``: selection → (solution, locally optimal).
 
     Returns a dict: ``select`` (n,) final selection; ``solution`` its ATT-SVM (``None`` if infeasible);
-    ``local`` locally optimal (:func:`attnlib.is_locally_optimal`); ``feasible_sel``; ``agree`` the
+    ``local`` locally optimal (:func:`attnlib.svm.is_locally_optimal`); ``feasible_sel``; ``agree`` the
     fraction of samples with ``α̂_i = opt_i`` and ``agree_min`` its minimum over the records;
     ``saturated`` the fraction saturated at the end; ``rank`` (n,) how many tokens of the sample score
     higher than the selected one (0: optimal); ``omc_sel`` ``1 − cos(θ(T), θ_mm(α̂))``. With ``window``:
     ``settled`` (one selection over the window and every sample saturated at its start), ``growth``
-    ``‖θ(T)‖/‖θ(w)‖`` and ``exponent`` :func:`attnlib.offset_exponent` from ``θ(w)`` to ``θ(T)``
+    ``‖θ(T)‖/‖θ(w)‖`` and ``exponent`` :func:`attnlib.metrics.offset_exponent` from ``θ(w)`` to ``θ(T)``
     against ``θ_mm(α̂)`` (NaN where the selection is infeasible).
 
     >>> import numpy as np, attnlib as al
     >>> prob = al.datasets.single_input()
     >>> run = al.train(prob, np.zeros(3), 1000, lr=0.1, record_steps=[0, 250, 1000])
-    >>> r = al.follow_selection(prob, run.theta[:, 0], window=1)
+    >>> r = follow_selection(prob, run.theta[:, 0], window=1)
     >>> r["select"].tolist(), r["local"], r["settled"], bool(r["exponent"] < 0.5)
     ([0], True, True, True)
     """
-    from .metrics import log_one_minus_mass, offset_exponent, one_minus_cosine
-    from .svm import InfeasibleError, is_locally_optimal, max_margin
 
     theta = np.asarray(theta, float)
     if theta.ndim != len(prob.shape) + 1 or theta.shape[1:] != prob.shape or len(theta) < 1:
@@ -266,29 +128,6 @@ def follow_selection(
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
-# Chapter 6's computations: the data table, the nested SVMs, the runs and what they did.
-
-
-@lru_cache(maxsize=1)
-def _digits_table() -> tuple[np.ndarray, np.ndarray]:
-    """``(images (1797, 8, 8) in 0..16, target (1797,))``: scikit-learn's digits, read from the CSV it
-    ships (``sklearn/datasets/data/digits.csv.gz``) without importing scikit-learn (about 1 s)."""
-    import gzip
-    import importlib.util
-    import os
-
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the digits data ship with scikit-learn: pip install scikit-learn")
-    path = os.path.join(spec.submodule_search_locations[0], "datasets", "data", "digits.csv.gz")
-    with gzip.open(path, "rt") as f:
-        table = np.loadtxt(f, delimiter=",")
-    images, target = table[:, :-1].reshape(-1, IMAGE_SIZE, IMAGE_SIZE), table[:, -1].astype(int)
-    images.flags.writeable = target.flags.writeable = False
-    return images, target
-
-
 def score_spread(gamma) -> float:
     """Median over samples of the spread of the non-optimal scores, relative to the score range.
 
@@ -315,14 +154,12 @@ def nested_svms(data: DigitPatches, v, n_values) -> tuple[dict, dict]:
     ``None`` when that SVM is infeasible (an answer, never a result).
 
     >>> import attnlib as al
-    >>> data = al.digit_patches(n=40, seed=0)
-    >>> v = al.fit_patch_head(data.X[:30], data.y[:30])
-    >>> problems, solutions = al.nested_svms(data.subset(slice(30, 40)), v, [2, 4])
+    >>> data = al.datasets.digit_patches(n=40, seed=0)
+    >>> v = fit_patch_head(data.X[:30], data.y[:30])
+    >>> problems, solutions = nested_svms(data.subset(slice(30, 40)), v, [2, 4])
     >>> sorted(problems), solutions["p", 2] is not None
     ([('W', 2), ('W', 4), ('p', 2), ('p', 4)], True)
     """
-    from .model import prompt_attention, self_attention
-    from .svm import InfeasibleError, max_margin
 
     problems, solutions = {}, {}
     for n in n_values:
@@ -342,10 +179,9 @@ def gap_cone_start(prob, direction, scale: float, rng=None) -> np.ndarray:
     On the axis every logit gap of the SVM's selection is at least ``scale``; the start is tilted
     in a random perpendicular direction by the angle φ with ``sin φ · scale·‖θ_mm‖ · w = scale/2``,
     ``w`` the widest feature difference ``‖A_iα_i − A_it‖`` of the problem, so every gap stays at
-    least about ``scale/2`` (:func:`attnlib.cone_starts` with ``edge=True``). Shape ``prob.shape``.
+    least about ``scale/2`` (:func:`attnlib.datasets.cone_starts` with ``edge=True``). Shape ``prob.shape``.
     ``direction`` is ``θ_mm`` (an array) or its :class:`attnlib.MaxMarginSolution`.
     """
-    from .basins import cone_starts
 
     theta = np.asarray(getattr(direction, "theta", direction), float)
     select = getattr(direction, "select", prob.opt)
@@ -354,119 +190,6 @@ def gap_cone_start(prob, direction, scale: float, rng=None) -> np.ndarray:
     sin_phi = min(0.5 / (widest * np.linalg.norm(theta)), 1.0)  # <= 1/2 for an SVM: ‖θ_mm‖·widest >= 1
     rng = np.random.default_rng(rng)
     return cone_starts(theta, 1, mu=1 - np.sqrt(1 - sin_phi**2), radius=scale, rng=rng, edge=True)[0]
-
-
-def train_problems(
-    problems,
-    theta0,
-    steps: int,
-    method: str = "ngd",
-    lr=0.1,
-    record_steps=None,
-    reduce: bool | None = None,
-    max_tile: int = 4,
-) -> list:
-    """One trajectory per ``(problem, start)`` pair, in as few batched calls of :func:`attnlib.train` as allowed.
-
-    Problems with the same ``T`` and loss, whose sample counts all divide the largest one ``N``, are
-    trained as ONE :class:`attnlib.ProblemStack`: each is tiled ``N/n`` times, which leaves its loss
-    ``(1/n)Σ_i ℓ_i`` and gradient unchanged (up to rounding). With ``reduce`` (default: when the
-    parameter shapes differ or some problem has self-attention's rank-one features, which a stack
-    would expand to ``d²`` dense ones) each problem is first rewritten in an orthonormal basis of the
-    span of its feature differences (:func:`attnlib.reduce_to_span`, padded to the largest rank):
-    every gradient lies in that span, and the part of a start outside it shifts all logits of a
-    sample equally, so it is carried unchanged and added back. Other problems are trained one by
-    one, every start of a problem in one batch. Tiling costs compute, so problems are grouped by
-    sample count, each group's largest ``n`` at most ``max_tile`` times its smallest, one stack per group.
-
-    Args: ``problems`` a list of problems, ``theta0`` a matching list of starts (``prob.shape``),
-    ``steps``, ``method``, ``lr`` as in :func:`attnlib.train`; ``record_steps`` (default: the last).
-    Returns a list of (R, *shape) recorded parameters, one per pair.
-
-    >>> import numpy as np, attnlib as al
-    >>> data = al.digit_patches(n=8, seed=0)
-    >>> v = al.fit_patch_head(data.X, data.y)
-    >>> a, b = (al.prompt_attention(data.X[:n], data.y[:n], v) for n in (2, 8))
-    >>> out = al.train_problems([a, b], [np.zeros(a.shape)] * 2, 50, record_steps=[0, 50])
-    >>> [o.shape for o in out]
-    [(2, 20), (2, 20)]
-    """
-    from .model import ProblemStack, token_selection
-    from .optim import train
-    from .rates import reduce_to_span
-
-    problems, theta0 = list(problems), [np.asarray(t, float) for t in theta0]
-    if len(problems) != len(theta0) or not problems:
-        raise ValueError(f"give one start per problem, got {len(problems)} problems and {len(theta0)} starts")
-    for p, t in zip(problems, theta0):
-        if t.shape != p.shape:
-            raise ValueError(f"a start must have its problem's shape {p.shape}, got {t.shape}")
-    record = [steps] if record_steps is None else record_steps
-    if reduce is None:
-        reduce = any(p.factors is not None or p.shape != problems[0].shape for p in problems)
-    groups = []  # sample counts, ascending; a group's counts divide its largest, within max_tile of its smallest
-    for n in sorted({p.n for p in problems}):
-        if groups and n <= max_tile * groups[-1][0] and all(n % m == 0 for m in groups[-1]):
-            groups[-1].append(n)
-        else:
-            groups.append([n])
-    if len(groups) > 1:
-        out = [None] * len(problems)
-        for group in groups:
-            members = [j for j, p in enumerate(problems) if p.n in group]
-            parts = train_problems(
-                [problems[j] for j in members],
-                [theta0[j] for j in members],
-                steps,
-                method,
-                lr,
-                record,
-                reduce,
-                max_tile,
-            )
-            for j, theta in zip(members, parts):
-                out[j] = theta
-        return out
-    N, first = max(p.n for p in problems), problems[0]
-    unique = {id(p): p for p in problems}
-    same = all(p.factors is None and p.shape == first.shape for p in problems)
-    stackable = all((p.T, p.loss.name) == (first.T, first.loss.name) and N % p.n == 0 for p in problems)
-    if stackable and len(problems) > 1 and (reduce or same):
-        reduced = {key: reduce_to_span(p) for key, p in unique.items()} if reduce else {}
-        size = max((r.rank for r in reduced.values()), default=0)
-        tiled, starts, outside = {}, [], []
-        for key, p in unique.items():
-            A = np.asarray(reduced[key].problem.A if reduce else p.A)
-            if reduce:  # pad to the largest rank with zero features
-                A = np.concatenate([A, np.zeros(A.shape[:2] + (size - A.shape[2],))], axis=-1)
-            k = N // p.n
-            tiled[key] = token_selection(np.tile(A, (k,) + (1,) * (A.ndim - 1)), np.tile(p.gamma, (k, 1)), p.loss)
-        for p, t in zip(problems, theta0):
-            if not reduce:
-                starts.append(t)
-                continue
-            red = reduced[id(p)]
-            logits = p.logits(t)
-            c = red.coef.T @ (logits - logits[np.arange(p.n), p.opt][:, None]).ravel()  # ⟨b_r, θ0⟩
-            starts.append(np.concatenate([c, np.zeros(size - red.rank)]))
-            outside.append(t - red.lift(c))
-        stack = ProblemStack(tuple(tiled[id(p)] for p in problems))
-        run = train(stack, np.stack(starts), steps, method=method, lr=lr, record_steps=record, progress=False)
-        if not reduce:
-            return [run.theta[:, s] for s in range(len(problems))]
-        return [outside[s] + reduced[id(p)].lift(run.theta[:, s]) for s, p in enumerate(problems)]
-    out = [None] * len(problems)
-    groups = {}
-    for j, p in enumerate(problems):
-        groups.setdefault(id(p), []).append(j)
-    for members in groups.values():
-        p = problems[members[0]]
-        run = train(
-            p, np.stack([theta0[j] for j in members]), steps, method=method, lr=lr, record_steps=record, progress=False
-        )
-        for b, j in enumerate(members):
-            out[j] = run.theta[:, b]
-    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -513,9 +236,8 @@ class SelectionStudy:
         settled off the feasible optimal selection, the same against ``θ_mm(opt)`` (a wrong reference).
 
         Returns a list of dicts ``kind, n, norm, offset, wrong`` (arrays; ``wrong`` may be ``None``),
-        ``growth`` and ``wrong_exponent`` (:func:`attnlib.offset_exponent` against ``θ_mm(opt)``, or NaN).
+        ``growth`` and ``wrong_exponent`` (:func:`attnlib.metrics.offset_exponent` against ``θ_mm(opt)``, or NaN).
         """
-        from .metrics import offset_exponent, orthogonal_offset
 
         curves = []
         for (kind, n, _, start), r in self.judged.items():
@@ -602,21 +324,19 @@ def selection_study(
     train in the same batches, ``{name: (problem, start)}``; their trajectories are ``ngd[name]``.
 
     >>> import attnlib as al
-    >>> data = al.digit_patches(n=40, seed=0)
-    >>> v = al.fit_patch_head(data.X[:30], data.y[:30])
-    >>> problems, solutions = al.nested_svms(data.subset(slice(30, 40)), v, [2, 4])
-    >>> study = al.selection_study(problems, solutions, 200, 0.1, 50, 40.0, 10.0, rng=0)
+    >>> data = al.datasets.digit_patches(n=40, seed=0)
+    >>> v = fit_patch_head(data.X[:30], data.y[:30])
+    >>> problems, solutions = nested_svms(data.subset(slice(30, 40)), v, [2, 4])
+    >>> study = selection_study(problems, solutions, 200, 0.1, 50, 40.0, 10.0, rng=0)
     >>> study.results["p", 2, "ngd", "cone"]["agree_min"]
     1.0
     """
-    from .metrics import log_one_minus_mass, one_minus_cosine
-    from .rates import log_steps
 
     rng = np.random.default_rng(rng)
     at_gd = min(gd_steps, steps)
     record = np.union1d(log_steps(steps), [steps // 4, at_gd])
     window = int(np.searchsorted(record, steps // 4))
-    # Every problem, both models, in one batch per group of sizes (attnlib.train_problems).
+    # Every problem, both models, in one batch per group of sizes (attnlib.optim.train_problems).
     keys = list(problems)
     pairs = [(key, "zero", np.zeros(problems[key].shape)) for key in keys]
     pairs += [
@@ -663,13 +383,10 @@ def attention_run(
     cone start (:func:`gap_cone_start`) needs the optimal-patch SVM: ``attnlib.InfeasibleError`` if
     it is infeasible. ``kind`` ``"p"`` or ``"W"`` as in :func:`nested_svms`.
     """
-    from .model import prompt_attention, self_attention
-    from .optim import train
-    from .svm import max_margin
 
     if kind not in ("p", "W") or start not in ("zero", "cone"):
         raise ValueError(f"kind must be 'p' or 'W' and start 'zero' or 'cone', got {kind!r}, {start!r}")
-    n = _check_int("n", n, 2, data.n)
+    n = check_integer("n", n, 2, data.n)
     sub = data.subset(slice(0, n))
     prob = (prompt_attention if kind == "p" else self_attention)(sub.X, sub.y, v)
     theta0 = np.zeros(prob.shape) if start == "zero" else gap_cone_start(prob, max_margin(prob), cone_scale, rng)

@@ -1,0 +1,154 @@
+"""What several chapters draw: colours, tokens and paths in the key plane, directions, seed bands,
+the table of selections.
+
+Functions draw on a given matplotlib ``Axes`` and return it, so a notebook composes panels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import TokenSelectionProblem
+
+__all__ = [
+    "selection_table",
+    "COLORS",
+    "SAMPLE_COLORS",
+    "paths",
+    "tokens",
+    "direction",
+    "band",
+]
+
+
+def selection_table(prob: TokenSelectionProblem, reports, dims: int = 2) -> str:
+    """Markdown table of every selection of a one-input problem: its key, score, SVM and neighbours.
+
+    One row per :class:`~attnlib.svm.SelectionReport` (e.g. from
+    :func:`~attnlib.svm.enumerate_selections`): token (numbered from 1, as in [MMTS]), its feature
+    ``A_1t`` (first ``dims`` coordinates: the key plane of the paper's figures), its score
+    ``γ_1t``, the SVM ``θ_mm(α)`` (or "infeasible"), its SVM-neighbours with their scores, and
+    whether the selection is locally optimal.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> print(selection_table(prob, al.enumerate_selections(prob)).splitlines()[3])
+    | 2 | (1, 0) | 0.9 | (1.000, 0.000) | 3 (0) | **yes** |
+    """
+    if prob.n != 1:
+        raise ValueError(f"selection_table lists the selections of one input, got n = {prob.n}")
+    A = np.asarray(prob.A).reshape(prob.n, prob.T, -1)
+    rows = [
+        "| α (token) | key | score | $\\pmm(\\alpha)$ | SVM-neighbours (score) | locally optimal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        t = int(r.select[0])
+        key = "(" + ", ".join(f"{x:g}" for x in A[0, t, :dims]) + ")"
+        score = f"{prob.gamma[0, t]:g}"
+        if not r.feasible:
+            rows.append(f"| {t + 1} | {key} | {score} | infeasible | – | no |")
+            continue
+        theta = np.asarray(r.solution.theta).ravel()[:dims]
+        nbs = ", ".join(f"{j + 1} ({prob.gamma[0, j]:g})" for j in np.flatnonzero(r.solution.neighbors[0]))
+        svm = "(" + ", ".join(f"{x:.3f}" for x in theta) + ")"
+        rows.append(f"| {t + 1} | {key} | {score} | {svm} | {nbs} | {'**yes**' if r.locally_optimal else 'no'} |")
+    return "\n".join(rows)
+
+
+#: Colours used across the book: global SVM red, local/secondary blue, paths grey.
+COLORS = {"global": "tab:red", "local": "tab:blue", "path": "0.45", "p": "tab:red", "v": "tab:blue"}
+
+
+#: One colour per sample (cycled), as :func:`tokens` draws them when ``n > 1``.
+SAMPLE_COLORS = ["tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:cyan"]
+
+
+def paths(ax, theta, color=None, arrow_every: int = 10, label=None, alpha: float = 0.9, lw: float = 1.4):
+    """Draw trajectories ``theta`` (R, B, ≥2) in the plane of their first two coordinates.
+
+    Arrows every ``arrow_every`` recorded steps show the direction of travel.
+    """
+    theta = np.asarray(theta, float)
+    if theta.ndim != 3 or theta.shape[2] < 2:
+        raise ValueError(f"theta must have shape (R, B, d>=2), got {theta.shape}")
+    color = COLORS["path"] if color is None else color
+    for b in range(theta.shape[1]):
+        xy = theta[:, b, :2]
+        ax.plot(xy[:, 0], xy[:, 1], color=color, lw=lw, alpha=alpha, label=label if b == 0 else None)
+        for r in range(arrow_every, len(xy), arrow_every):
+            ax.annotate(
+                "",
+                xy=xy[r],
+                xytext=xy[r - 1],
+                arrowprops=dict(arrowstyle="->", color=color, lw=lw, alpha=alpha),
+            )
+    return ax
+
+
+def tokens(ax, prob: TokenSelectionProblem, select=None, annotate_scores: bool = True, size: float = 90):
+    """Draw each sample's keys (first two feature coordinates): stars for the selected tokens.
+
+    ``select`` defaults to the optimal tokens; one colour per sample, scores written beside.
+    """
+    sel = prob.opt if select is None else np.asarray(select)
+    keys = prob.A.reshape(prob.n, prob.T, -1)[..., :2]
+    cmap = SAMPLE_COLORS
+    for i in range(prob.n):
+        c = cmap[i % len(cmap)] if prob.n > 1 else "k"
+        for t in range(prob.T):
+            marker = "*" if t == sel[i] else "o"
+            ax.scatter(
+                *keys[i, t],
+                marker=marker,
+                s=size * (2 if marker == "*" else 0.6),
+                color=c,
+                zorder=5,
+                edgecolor="k",
+                linewidth=0.5,
+            )
+            if annotate_scores:
+                ax.annotate(
+                    f"{prob.gamma[i, t]:.3g}",
+                    keys[i, t],
+                    textcoords="offset points",
+                    xytext=(6, 6),
+                    fontsize=8,
+                    color=c,
+                )
+    return ax
+
+
+def direction(ax, theta, length: float, color=None, label=None, ls="--", lw: float = 2.0):
+    """Draw the ray from the origin along the first two coordinates of ``theta``."""
+    v = np.asarray(theta, float).ravel()[:2]
+    v = v / np.linalg.norm(v)
+    ax.plot(
+        [0, length * v[0]],
+        [0, length * v[1]],
+        ls=ls,
+        color=COLORS["global"] if color is None else color,
+        lw=lw,
+        label=label,
+    )
+    return ax
+
+
+def band(ax, x, Y, color=None, label=None, quantiles=(0.1, 0.9), log: bool = True):
+    """Median over the last axis of ``Y`` (R, S) against ``x`` (R,), with a quantile band."""
+    Y = np.asarray(Y, float)
+    lo, mid, hi = np.nanquantile(Y, [quantiles[0], 0.5, quantiles[1]], axis=-1)
+    line = ax.plot(x, mid, color=color, label=label)[0]
+    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+    if log:
+        ax.set_yscale("log")
+    return ax
+
+
+def _plain_log_axes(ax):
+    """Few major ticks and no minor ones on a log-log panel: much cheaper to render."""
+    from matplotlib.ticker import LogLocator, NullLocator
+
+    ax.yaxis.set_major_locator(LogLocator(numticks=5))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_locator(NullLocator())
