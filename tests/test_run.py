@@ -123,8 +123,7 @@ def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path, ca
     assert prov["started_utc"].endswith("Z") and before <= started <= datetime.datetime.now(datetime.UTC)
     assert summary["parameters"] == {"steps": 7, "scale": 0.5, "label": "b"}  # defaults merged with overrides
     assert summary["duration_s"] > 0
-    (check,) = summary["checks"]  # the record as the notebook emitted it (attnlib.book.checks)
-    assert {k: check[k] for k in ("name", "value", "criterion", "status", "passed", "description", "reason")} == {
+    expected = {
         "name": "steps_seen",
         "value": 7,
         "criterion": ">= 1",
@@ -132,8 +131,10 @@ def test_a_run_writes_the_executed_notebook_and_its_summary(source, tmp_path, ca
         "passed": True,
         "description": "the steps parameter arrived",
         "reason": "",
+        "sense": ">=",  # the numeric bound beside the criterion text
+        "bound": 1.0,
     }
-    assert (check["sense"], check["bound"]) == (">=", 1)  # the numeric bound beside the criterion text
+    assert [{k: c.get(k) for k in expected} for c in summary["checks"]] == [expected]
     executed = json.loads(out.read_text())
     assert executed["metadata"]["papermill"]["parameters"] == {"steps": 7, "label": "b"}
     assert not list(out.parent.glob(".*tmp*")), "a temporary file was left behind"

@@ -473,8 +473,11 @@ def _controls_text(record: dict) -> str:
 def _separation_text(record: dict) -> str:
     sep = record.get("separation")
     text = "—" if sep is None else f"{sep:+.2g} {record.get('scale', '')}".strip()
-    if record.get("resolution") is not None:
-        text += f"; detects a rotation of {record['resolution']:.2g}°"
+    resolution = record.get("resolution")
+    if resolution is not None and math.isfinite(resolution):
+        text += f"; detects a rotation of {resolution:.2g}°"
+    elif resolution == math.inf:
+        text += "; detects no rotation of its reference up to the largest tried"
     return text
 
 
