@@ -2,7 +2,7 @@
 
 import sys
 
-from .book import build, lab, pdf, robustness, run, sweep
+from .book import build, lab, page, pdf, robustness, sweep
 
 USAGE = """usage: python -m attnlib {run,sweep,robustness,book,pdf,lab} ...
 
@@ -20,7 +20,7 @@ python -m attnlib COMMAND --help describes each command and its exit codes
 
 
 COMMANDS = {
-    "run": run.main,
+    "run": page.run_main,
     "sweep": sweep.main,
     "robustness": robustness.main,
     "book": build.main,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlib.book import page as book_page
 from attnlib.book import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,7 +328,7 @@ def test_quiet_and_html_render_the_run_as_a_book_page(tmp_path, capsys):
     """--html: the executed notebook as a page of the book, the run's glued number in the prose."""
     source = copy_fixture(OUTCOMES, tmp_path)
     out = tmp_path / "out" / "page.ipynb"
-    assert run.main([str(source.path), "--quiet", "--html", "-o", str(out)]) == 0
+    assert book_page.run_main([str(source.path), "--quiet", "--html", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "cell 1/" not in err, "--quiet prints no progress lines"
     page = tmp_path / "out" / "page_html" / "_build" / "html" / "notebooks" / "page.html"
