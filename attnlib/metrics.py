@@ -28,6 +28,7 @@ __all__ = [
     "offset_tolerance",
     "numerical_rank",
     "rotate_toward",
+    "orthogonal_partners",
     "rotation_resolution",
 ]
 
@@ -288,6 +289,27 @@ def rotate_toward(reference, toward, degrees: float) -> np.ndarray:
     w /= np.linalg.norm(w)
     angle = np.radians(degrees)
     return (size * (np.cos(angle) * u + np.sin(angle) * w)).reshape(reference.shape)
+
+
+def orthogonal_partners(references, seed: int = 0) -> np.ndarray:
+    """For each row ``r_k`` of ``references`` (K, m): a random direction orthogonal to ``r_k``, of norm ``‖r_k‖``.
+
+    Rotating the stacked (K, m) array toward these partners with :func:`rotate_toward`
+    turns *every* row by the same angle (the partners' norms are proportional to the rows'), so one
+    :func:`rotation_resolution` scan resolves a statistic that depends on all K references.
+
+    >>> import numpy as np
+    >>> from attnlib.metrics import orthogonal_partners
+    >>> R = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    >>> P = orthogonal_partners(R)
+    >>> bool(np.allclose(np.sum(P * R, axis=1), 0) and np.allclose(np.linalg.norm(P, axis=1), [1, 2]))
+    True
+    """
+    R = np.asarray(references, float)
+    draw = np.random.default_rng(seed).standard_normal(R.shape)
+    unit = R / np.linalg.norm(R, axis=1, keepdims=True)
+    draw -= np.sum(draw * unit, axis=1, keepdims=True) * unit
+    return draw / np.linalg.norm(draw, axis=1, keepdims=True) * np.linalg.norm(R, axis=1, keepdims=True)
 
 
 def rotation_resolution(

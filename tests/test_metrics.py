@@ -247,3 +247,14 @@ def test_joint_training_follows_the_relaxed_svm():
     assert al.cosine(p_final, relaxed.theta) > 0.999
     assert al.cosine(p_final, relaxed.theta) - al.cosine(p_final, full.theta) > 0.01
     assert al.cosine(traj.v[-1, 0], [0.0, 1.0]) > 0.999
+
+
+def test_orthogonal_partners_turn_every_row_by_the_same_angle():
+    rng = np.random.default_rng(3)
+    R = rng.standard_normal((4, 7)) * np.array([[1.0], [3.0], [0.5], [2.0]])
+    P = al.metrics.orthogonal_partners(R, seed=1)
+    np.testing.assert_allclose(np.sum(P * R, axis=1), 0, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(P, axis=1), np.linalg.norm(R, axis=1))
+    turned = al.metrics.rotate_toward(R, P, 10.0)
+    cos = np.sum(turned * R, axis=1) / (np.linalg.norm(turned, axis=1) * np.linalg.norm(R, axis=1))
+    np.testing.assert_allclose(np.degrees(np.arccos(cos)), 10.0, atol=1e-9)

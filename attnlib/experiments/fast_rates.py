@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import datasets
-from ..metrics import curves, direction_error
+from ..metrics import curves, direction_error, normalized_margin
 from ..model import Reduced, TokenSelectionProblem, reduce_to_span
 from ..optim import Trajectory, train_many
 from ..svm import InfeasibleError, MaxMarginSolution, is_locally_optimal, max_margin, svm_feasibility
@@ -33,6 +33,9 @@ __all__ = [
     "fitted_rates_table",
     "local_selection_table",
     "off_opt_runs",
+    "one_token_off",
+    "margins",
+    "budget_gain",
     "feasibility_table",
 ]
 
@@ -316,3 +319,45 @@ def feasibility_table(groups, solutions, name: str = "d") -> str:
         median = f"{np.median(norms[sel]):.3f}" if sel.any() else "–"
         lines.append(f"| {g} | {np.sum(groups == g)} | {sel.sum()} | {median} |")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------- the checks' references and controls
+def one_token_off(prob: TokenSelectionProblem) -> np.ndarray:
+    """The selection one token off: ``opt`` with sequence 0's token replaced by its second-best token.
+
+    The nearest wrong selection a check on ``opt`` must tell apart (a control). Returns (n,).
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> bool(one_token_off(prob)[0] != prob.opt[0])
+    True
+    """
+    alpha = prob.opt.copy()
+    order = np.argsort(-prob.gamma[0], kind="stable")
+    alpha[0] = order[1] if order[0] == prob.opt[0] else order[0]
+    return alpha
+
+
+def margins(problems: Sequence[TokenSelectionProblem], thetas) -> np.ndarray:
+    """The normalised margin ``γ(θ_k)`` of ``opt`` (:func:`attnlib.metrics.normalized_margin`) of each problem
+    for the k-th row of ``thetas`` (K, size), reshaped to the problem's parameter shape. ``γ(θ_mm) = 1/‖θ_mm‖``.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> sol = al.max_margin(prob)
+    >>> bool(abs(margins([prob], [sol.theta.ravel()])[0] - sol.margin) < 1e-9)
+    True
+    """
+    return np.array([float(normalized_margin(p, np.reshape(th, p.shape))) for p, th in zip(problems, thetas)])
+
+
+def budget_gain(clock: float, factor: float) -> float:
+    """How much a direction error ``∝ 1/log(clock)`` falls when the budget grows ``factor``-fold:
+    ``log(factor · clock) / log(clock)`` (GD's rate, :cite:`soudry2018implicit`; ``clock = η t > 1``).
+
+    >>> round(budget_gain(100.0, 10.0), 3)
+    1.5
+    """
+    if clock <= 1 or factor < 1:
+        raise ValueError(f"clock must be > 1 and factor >= 1, got clock={clock}, factor={factor}")
+    return float(np.log(factor * clock) / np.log(clock))

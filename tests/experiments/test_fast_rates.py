@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import attnlib as al
+from attnlib.experiments import fast_rates as ex
 
 
 # ------------------------------------------------------- comparing GD, NGD and Polyak (chapter 5's pieces)
@@ -103,3 +104,26 @@ def test_svm_feasibility_agrees_with_max_margin_and_certifies():
             assert v == (al.experiments.fast_rates.solve_each([p])[0] is not None)
     alpha = np.array([3, 4, 3, 3, 1, 1])  # the local selection NGD ends at on _local_case()
     assert al.svm.svm_feasibility(_local_case(), alpha) is True
+
+
+def test_one_token_off_changes_only_sequence_zero():
+    prob = al.datasets.random_tokens(4, 5, 6, 2)
+    alpha = ex.one_token_off(prob)
+    assert alpha[0] != prob.opt[0]
+    np.testing.assert_array_equal(alpha[1:], prob.opt[1:])
+    assert alpha[0] == np.argsort(-prob.gamma[0], kind="stable")[1]
+
+
+def test_margins_match_the_svm_and_fall_when_the_direction_turns():
+    probs = [al.model.reduce_to_span(al.datasets.random_tokens(3, 4, 6, s, family="global")).problem for s in (1, 2)]
+    sols = [al.max_margin(p) for p in probs]
+    R = np.stack([s.theta.ravel() for s in sols])
+    np.testing.assert_allclose(ex.margins(probs, R), [s.margin for s in sols], rtol=1e-9)
+    turned = al.metrics.rotate_toward(R, al.metrics.orthogonal_partners(R), 5.0)
+    assert np.all(ex.margins(probs, turned) < np.array([s.margin for s in sols]))
+
+
+def test_budget_gain_is_gd_inverse_log_rate():
+    assert ex.budget_gain(np.e**2, np.e**2) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="clock"):
+        ex.budget_gain(0.5, 10)
