@@ -2,9 +2,9 @@
 
 import sys
 
-from .book import build, lab, robustness, run, sweep
+from .book import build, lab, page, pdf, robustness, sweep
 
-USAGE = """usage: python -m attnlib {run,sweep,robustness,book,lab} ...
+USAGE = """usage: python -m attnlib {run,sweep,robustness,book,pdf,lab} ...
 
 commands:
   run    execute a notebook with parameters changed:  run NOTEBOOK -p NAME VALUE ... [-o OUT.ipynb] [--html]
@@ -12,13 +12,21 @@ commands:
   sweep  execute a notebook over a grid of parameters:  sweep NOTEBOOK --grid NAME=V1,V2 ... --jobs N
   robustness  sweep every theorem chapter over fresh seeds into book/robustness/:  robustness --seeds A:B
   book   execute the book's notebooks (only those that changed) and build the site in _build/html
+  pdf    print the built book as one PDF, _build/pdf/attnlib-book.pdf (after `book`; needs Chromium)
   lab    JupyterLab on working copies of the chapters in _build/lab (what `make lab` runs)
 
 python -m attnlib COMMAND --help describes each command and its exit codes
 (run: 0 ok, 1 claims failed, 2 refused, 3 invalid parameter, 4 error, 5 timeout)."""
 
 
-COMMANDS = {"run": run.main, "sweep": sweep.main, "robustness": robustness.main, "book": build.main, "lab": lab.main}
+COMMANDS = {
+    "run": page.run_main,
+    "sweep": sweep.main,
+    "robustness": robustness.main,
+    "book": build.main,
+    "pdf": pdf.main,
+    "lab": lab.main,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -291,7 +291,14 @@ def rotate_toward(reference, toward, degrees: float) -> np.ndarray:
 
 
 def rotation_resolution(
-    passes, reference, toward=None, *, max_degrees: float = 90.0, tol_degrees: float = 1e-3, seed: int = 0
+    passes,
+    reference,
+    toward=None,
+    *,
+    max_degrees: float = 90.0,
+    tol_degrees: float = 1e-3,
+    seed: int = 0,
+    rotate=rotate_toward,
 ) -> float:
     """The smallest rotation of ``reference`` (degrees) that a direction check detects.
 
@@ -300,8 +307,11 @@ def rotation_resolution(
     spans with ``toward`` (a list of such directions: the largest resolution over the planes, i.e. an
     angle detected in every plane tried; default one random plane drawn from ``seed``). A log-spaced
     scan from ``tol_degrees`` finds the first detected angle, bisection refines it to
-    ``tol_degrees``. Returns ``inf`` if no rotation up to ``max_degrees`` is detected; raises if
-    the unrotated reference itself fails.
+    ``tol_degrees``. Returns ``inf`` if no rotation up to ``max_degrees`` is detected, and NaN if
+    the unrotated reference itself fails (so a failed check still records, and fails, as itself).
+    ``rotate(reference, toward, degrees)`` (default
+    :func:`rotate_toward`) may rotate a stack of references one by one (a check over many runs,
+    each with its own reference).
 
     >>> from attnlib.metrics import one_minus_cosine, rotation_resolution
     >>> theta = [10.0, 0.1]                       # a run 0.57 degrees off the reference (1, 0)
@@ -312,8 +322,8 @@ def rotation_resolution(
     3.14
     """
     reference = np.asarray(reference, float)
-    if not passes(reference):
-        raise ValueError("rotation_resolution: the check fails on its own (unrotated) reference")
+    if not passes(reference):  # the check fails on the truth: it resolves nothing (the check's verdict says so)
+        return math.nan
     if toward is None:
         toward = [np.random.default_rng(seed).standard_normal(reference.shape)]
     elif np.asarray(toward, float).shape == reference.shape:
@@ -322,14 +332,13 @@ def rotation_resolution(
     for direction in toward:
         direction = np.asarray(direction, float)
         angles = np.geomspace(tol_degrees, max_degrees, 64)
-        detected = [a for a in angles if not passes(rotate_toward(reference, direction, a))][:1]
-        if not detected:
+        hi = next((a for a in angles if not passes(rotate(reference, direction, a))), None)
+        if hi is None:
             return math.inf
-        hi = detected[0]
         lo = float(angles[np.searchsorted(angles, hi) - 1]) if hi > angles[0] else 0.0
         while hi - lo > tol_degrees:
             mid = 0.5 * (lo + hi)
-            if passes(rotate_toward(reference, direction, mid)):
+            if passes(rotate(reference, direction, mid)):
                 lo = mid
             else:
                 hi = mid

@@ -94,23 +94,63 @@ def _max_keepdims(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """``x.max(axis, keepdims=True)``, several times faster over a short last axis (tokens).
 
     numpy reduces a short contiguous axis one output at a time (≈45 µs for (100, 6, 8)); an
-    elementwise maximum over the T slices is one vectorised call per token (≈12 µs) and gives the
-    same numbers (max is exact, NaN propagates the same way).
+    elementwise maximum of neighbouring pairs of tokens, halving the axis each time, is
+    ``⌈log₂ T⌉`` vectorised calls (3 for T = 8) and gives the same numbers: max is exact, and
+    each pair keeps its left member on a tie, so the first of equal maxima (``−0.0`` before
+    ``0.0``, the first NaN) wins, as in the token-by-token fold.
     """
     if x.ndim == 0 or axis not in (-1, x.ndim - 1) or not 0 < x.shape[-1] <= 16:
         return x.max(axis=axis, keepdims=True)
-    top = x[..., :1]
-    for t in range(1, x.shape[-1]):
-        top = np.maximum(top, x[..., t : t + 1])
-    return top
+    top, width = x, x.shape[-1]
+    while width > 1:
+        half = width // 2
+        pairs = np.maximum(top[..., 0 : 2 * half : 2], top[..., 1 : 2 * half : 2])
+        if width % 2:  # the last token joins the last pair, after it
+            pairs[..., -1:] = np.maximum(pairs[..., -1:], top[..., width - 1 :])
+        top, width = pairs, half
+    return top if top is not x else x[..., :1]
+
+
+def _sum_keepdims(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``x.sum(axis, keepdims=True)`` with the same bits, about twice as fast over a short last axis.
+
+    numpy sums a contiguous last axis by pairwise summation (``pairwise_sum`` in its sources): for
+    ``8 ≤ T ≤ 128``, eight running sums over blocks of 8, added as ``((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7))``,
+    then the ``T mod 8`` last entries one by one; below 8, one by one. This adds the same numbers
+    in the same order on slices of all samples at once (a handful of vectorised calls instead of
+    one short reduction per sample). Other axes, layouts and lengths go to ``x.sum``.
+
+    >>> x = np.random.default_rng(0).normal(size=(5, 3, 11))
+    >>> bool(np.array_equal(_sum_keepdims(x), x.sum(axis=-1, keepdims=True)))
+    True
+    """
+    T = x.shape[-1] if x.ndim else 0
+    if axis not in (-1, x.ndim - 1) or not 0 < T <= 128 or not x.flags.c_contiguous:
+        return x.sum(axis=axis, keepdims=True)
+    if T < 8:
+        total = x[..., :1]
+        for t in range(1, T):
+            total = total + x[..., t : t + 1]
+        return total
+    full = T - T % 8
+    r = x[..., :8]
+    for start in range(8, full, 8):
+        r = r + x[..., start : start + 8]
+    r = r[..., 0::2] + r[..., 1::2]
+    r = r[..., 0::2] + r[..., 1::2]
+    total = r[..., :1] + r[..., 1:]
+    for t in range(full, T):
+        total = total + x[..., t : t + 1]
+    return total
 
 
 def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
     """Stable log-softmax (max-subtracted); plain numpy, ~5× faster than scipy's on small arrays."""
-    # ndarray methods rather than np.max/np.sum: the same reductions without the Python wrapper,
-    # which matters when a step of a small batch is a hundred small numpy calls.
+    # The token reductions are vectorised over samples (_max_keepdims, _sum_keepdims: the same
+    # numbers as ndarray.max/sum), which matters when a step of a small batch is a hundred small
+    # numpy calls.
     shifted = z - _max_keepdims(z, axis)
-    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return shifted - np.log(_sum_keepdims(np.exp(shifted), axis))
 
 
 def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False, precise: bool = False):
@@ -135,7 +175,7 @@ def logsumexp(x: np.ndarray, axis=-1, b=None, return_sign: bool = False, precise
         top = _max_keepdims(x, axis)
         top = np.where(np.isfinite(top), top, 0.0)
         with np.errstate(divide="ignore"):
-            return np.log(np.exp(x - top).sum(axis=axis)) + top.squeeze(axis=axis)
+            return (np.log(_sum_keepdims(np.exp(x - top), axis)) + top).squeeze(axis=axis)
     x, b = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(1.0 if b is None else b, dtype=float))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         total = (b * np.exp(x)).sum(axis=axis, keepdims=True)  # direct sum: used where the shifted one is not finite
@@ -251,8 +291,11 @@ def _scaled_weights(
     # γ_ir as the max over one entry: the same number as indexing, without take_along_axis's cost
     # (this runs at every step of every trainer).
     gamma_ref = _max_keepdims(np.where(is_ref, gamma, -np.inf))
-    ref_minus_output = (np.exp(log_sigma) * (gamma_ref - gamma)).sum(axis=-1, keepdims=True)
-    diff = (gamma - gamma_ref) + ref_minus_output  # γ_it − u_i
+    ref_gap = gamma_ref - gamma  # γ_ir − γ_it
+    ref_minus_output = _sum_keepdims(np.exp(log_sigma) * ref_gap)
+    # γ_it − u_i = (γ_it − γ_ir) + Σ_τ σ_iτ (γ_ir − γ_iτ); γ_it − γ_ir is −ref_gap exactly (IEEE
+    # subtraction is antisymmetric), so one subtraction gives the sum without a second pass.
+    diff = ref_minus_output - ref_gap
     with np.errstate(divide="ignore"):
         log_neg_dloss = np.log(-loss.derivative(output))
         log_abs = log_neg_dloss[..., None] - np.log(n) + log_sigma + np.log(np.abs(diff))
@@ -260,7 +303,7 @@ def _scaled_weights(
     m = log_abs.max(axis=(-2, -1))
     finite_m = np.where(np.isfinite(m), m, 0.0)
     w_scaled = -np.sign(diff) * np.exp(log_abs - finite_m[..., None, None])
-    w_scaled = np.where(is_ref, -w_scaled.sum(axis=-1, keepdims=True), w_scaled)
+    w_scaled = np.where(is_ref, -_sum_keepdims(w_scaled), w_scaled)
     return m, w_scaled
 
 
@@ -413,7 +456,7 @@ class TokenSelectionProblem(_LinearLogits):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)  # an int product without a numpy reduction (read at every step)
 
     @cached_property
     def opt(self) -> np.ndarray:

@@ -1393,5 +1393,4 @@ GEOMETRY_METHODS = {
     "sign": SignDescent,
     "l1": CoordinateDescent,
     "spectral": SpectralDescent,
-    "adam": Adam,
-}
+}  # Adam is passed as an object (``Adam(...)``): "adam" stays an unknown method name elsewhere

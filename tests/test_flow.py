@@ -6,6 +6,7 @@ from scipy.optimize import brentq
 
 import attnlib as al
 from attnlib import flow
+from attnlib.experiments import global_convergence as ex
 
 
 def trap_problem():
@@ -245,3 +246,38 @@ def test_gd_norm_slope_explains_the_multi_input_slope():
     assert measured[0] < 0.95  # well short of M ...
     assert abs(measured[0] - predicted[0]) <= tol[0]  # ... and explained
     assert abs(measured[0] - 1.0) > tol[0]  # the naive prediction (slope M) is the control: it fails
+
+
+# ---------------------------------------------------------------------- chapter 1's counterexample helpers
+
+
+def test_trap_instance_seed_zero_is_exact_and_other_seeds_perturb():
+    exact = ex.trap_instance(0)
+    np.testing.assert_array_equal(exact.A, ex.TRAP_KEYS)
+    moved = ex.trap_instance(7, scale=0.02)
+    assert 0 < np.abs(moved.A - exact.A).max() < 0.1
+    np.testing.assert_array_equal(moved.gamma, exact.gamma)  # scores kept: the hypotheses stay true
+    assert ex.perturbed(exact, 0, 0.02) is exact
+
+
+def test_trap_basin_contains_the_trapped_start_and_not_the_origin():
+    grid = np.array([-3.0, 0.0, 3.0])
+    basin = ex.trap_basin(ex.trap_instance(), grid, t_max=1e8)
+    assert basin[1, 2]  # p(0) = (3, 0): trapped
+    assert not basin[1, 1]  # p(0) = 0: converges
+
+
+def test_equal_score_problems_meet_the_hypotheses_and_n1_is_never_trapped():
+    probs = ex.equal_score_problems(2, 3, 2, 5, seed=1)
+    for prob in probs:
+        assert np.all(prob.gamma[:, 1:] == 0) and np.all(prob.gamma[:, 0] == 1)
+        al.max_margin(prob)  # feasible, or it raises
+    rows = ex.trap_rates([(1, 2, 2, 2.0)], 10, seed=0, t_max=1e8)
+    assert rows[0]["trapped"] == 0 and rows[0]["runs"] == 10
+
+
+def test_step_size_sweep_flags_the_first_loss_increase():
+    prob = ex.trap_instance()
+    rows = ex.step_size_sweep(prob, np.array([[3.0, 0.0], [0.0, 0.0]]), [0.5, 100.0], 50)
+    assert rows[0]["monotone"] == 1.0 and rows[0]["first_increase"] is None  # below 1/L: the descent lemma
+    assert rows[1]["monotone"] < 1.0 and rows[1]["first_increase"] is not None

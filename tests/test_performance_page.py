@@ -63,3 +63,65 @@ def test_measure_batching_times_both_paths_and_the_products():
     assert all(r[k] > 0 for r in rows for k in ("generic", "rank_one", "matmul"))
     fig = perf.live_batching_figure(rows)
     assert len(fig.axes[0].lines) == 3
+
+
+# ------------------------------------------------------------------ the official code: only side by side
+def _sbs(rounds, together=True):
+    rec = lambda kind, s, load: {  # noqa: E731
+        "kind": kind,
+        "seconds": s,
+        "load_before": {"utc": "2026-12-01 23:01:00", "load_average": [load, 1.0, 1.0]},
+    }
+    return {
+        "measured_together": together,
+        "started_utc": "2026-12-01 23:01:00",
+        "finished_utc": "2026-12-01 23:09:00",
+        "machine": {"node": "vm", "cpu": "Some CPU", "cpus": 2},
+        "setting": {"runs": 100, "steps": 2000},
+        "official": {"repository": "github.com/umich-sota/TF-as-SVM", "commit": "568305aa" * 5, "versions": "torch"},
+        "attnlib": {"commit": "abcdef12" * 5, "versions": "numpy"},
+        "rounds": [
+            [rec("official", o, 0.5), rec("attnlib_1", a1, 0.6), rec("attnlib_2", a2, 0.7)] for o, a1, a2 in rounds
+        ],
+    }
+
+
+def test_side_by_side_table_shows_date_machine_load_and_the_rounds_ratios():
+    table = perf.side_by_side_table(_sbs([(170.0, 1.7, 1.0), (180.0, 2.0, 1.2)]))
+    assert "2026-12-01 23:01:00 to 2026-12-01 23:09:00 UTC" in table and "Some CPU, 2 CPUs" in table
+    assert "| 170.0 | 1.70 | 1.00 | 100× | 170× | 0.5 / 0.6 / 0.7 |" in table
+    assert "| 180.0 | 2.00 | 1.20 | 90× | 150× |" in table
+    assert "| median of the rounds' ratios | | | | 95× | 160× | |" in table
+
+
+def test_no_ratio_without_a_pair_measured_together():
+    no_ratio = "no ratio against the official code is shown"
+    assert no_ratio in perf.side_by_side_table(None)
+    assert no_ratio in perf.side_by_side_table(_sbs([(170.0, 1.7, 1.0)], together=False))
+    broken = _sbs([(170.0, 1.7, 1.0)])
+    broken["rounds"][0].pop(0)  # a round without its official run
+    assert no_ratio in perf.side_by_side_table(broken) and "×" not in perf.side_by_side_table(broken)
+
+
+def test_local_converge_note_gives_its_date_and_no_ratio():
+    lc = {
+        "setting": {"seeds": 100},
+        "one_process": {"seconds": 2.5, "stages": {"train_W": 1.0, "svm_W": 0.2, "train_KQ": 1.1, "total": 2.5}},
+        "two_processes": {"seconds": 1.5, "stages": {}},
+        "results": {k: {"not_opt": 3, "median_corr_fro": 0.9, "median_corr_nuc": 0.8} for k in ("W", "KQ")},
+        "nuclear_batched_vs_clarabel_max_relerr": 1e-6,
+        "official_reference": {"seconds": 435.2, "measured_utc": "2026-11-29", "machine": "2 vCPU AMD EPYC"},
+        "measured": {"utc": "2026-12-01 23:10:00", "load_before": [0.4, 0.4, 0.4]},
+    }
+    fig, note = perf.local_converge_figure({"quick": False, "local_converge": lc})
+    assert "Measured 2026-12-01 23:10:00 UTC" in note and "435 s on 2026-11-29 (2 vCPU AMD EPYC)" in note
+    assert "×" not in note and "not compared" in note
+    assert not fig.axes[0].texts  # drawn
+
+
+@pytest.mark.skipif(not (RESULTS / "side_by_side.json").exists(), reason="no side-by-side run committed")
+def test_the_committed_side_by_side_run_is_shown_with_its_ratios():
+    sbs = json.loads((RESULTS / "side_by_side.json").read_text())
+    table = perf.side_by_side_table(sbs)
+    assert sbs["started_utc"] in table and "×" in table
+    assert len(perf.side_by_side_rounds(sbs)) == len(sbs["rounds"]) >= 2

@@ -92,16 +92,17 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, capsys):
 
 # Seeds the book never runs (its chapters run seed 0, the sweeps page seeds 0-2), taken from the
 # committed sweep: the rerun must give the committed verdicts, so the tables describe today's code.
-CI_SEEDS = [int(s) for s in os.environ.get("ATTNLIB_ROBUSTNESS_SEEDS", "1003,1017").split(",")]
+CI_SEEDS = [int(s) for s in os.environ.get("ATTNLIB_ROBUSTNESS_SEEDS", "2003,2017").split(",")]
 
 
 @pytest.mark.skipif(os.environ.get("ATTNLIB_SKIP_ROBUSTNESS") == "1", reason="ATTNLIB_SKIP_ROBUSTNESS=1")
 def test_every_theorem_chapter_holds_on_fresh_seeds_as_the_committed_tables_say(tmp_path):
-    """The small version of `make robustness` that CI runs: every theorem chapter, two fresh seeds."""
+    """The small version of `make robustness` that CI runs: every theorem chapter, two fresh seeds, with the
+    verdicts of the committed tables (a failure there must be in the table too)."""
     assert not set(CI_SEEDS) & {0, 1, 2}
-    record = robustness.run_robustness(CI_SEEDS, jobs=2, root=ROOT, table_dir=tmp_path, progress=False)
-    failed = {chapter: r["failed_seeds"] for chapter, r in record["chapters"].items() if r["failed_seeds"]}
-    assert not failed, f"chapters failed on fresh seeds: {failed} (tables in {tmp_path})"
+    robustness.run_robustness(CI_SEEDS, jobs=2, root=ROOT, table_dir=tmp_path, progress=False)
+    # A failure on a fresh seed is data when the committed table records it (the page shows it, and its
+    # own check bounds the pass rate); one the table does not record means the table is stale.
     differ = []
     for chapter in robustness.THEOREM_CHAPTERS:
         committed = ROOT / robustness.TABLE_DIR / f"{chapter}.csv"

@@ -9,12 +9,14 @@
 - :mod:`.sweep`: grids of runs on a process pool or Dask (``python -m attnlib sweep``);
 - :mod:`.build`: stage, execute what changed, render the site (``python -m attnlib book``).
 
+- :mod:`.mutants`: planted errors for the mutation test (``ATTNLIB_MUTANT=name``, planted on import).
+
 ``run``, ``sweep`` and ``build`` import papermill and Jupyter Book only when they execute, so
 ``import attnlib`` works without Jupyter.
 """
 
 from . import performance, style, widgets
-from .checks import CHECK_MIME, STATUSES, Check, Checks
+from .checks import CHECK_MIME, STATUSES, Check, Checks, Control
 from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
 from .prose import glue_parameters
@@ -30,6 +32,7 @@ __all__ = [
     "STATUSES",
     "Check",
     "Checks",
+    "Control",
     "find_upwards",
     "blas_threads",
     "timed",
@@ -44,3 +47,9 @@ __all__ = [
     "explorer",
     "static_explorers",
 ]
+
+# The mutation test's hook: with $ATTNLIB_MUTANT set (tests/test_mutations.py), plant that error now,
+# when a notebook's `import attnlib` reaches this package; without it, nothing happens.
+from . import mutants  # noqa: E402
+
+mutants.apply_from_environment()

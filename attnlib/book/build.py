@@ -12,7 +12,8 @@
    execution removes the stale staged copy and leaves the executed notebook and its summary under
    ``_build/failed/`` for debugging; ``notebooks/`` is only ever read.
 3. **Claims table**: every check of every chapter, from the executed notebooks' JSON summaries,
-   into ``_build/stage/book/claims_table.md`` (included by the introduction).
+   into ``_build/stage/book/claims_table.md``, and how to cite the book, from ``CITATION.cff``, into
+   ``_build/stage/book/citation.md`` (both included by the introduction).
 4. **Render** the staged copy with ``jupyter-book build`` (execution off, warnings as errors) into
    ``_build/html``, and fail unless ``_build/html/index.html`` exists. Skipped when the staged
    content is exactly what the last successful render saw.
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checks import NOT_APPLICABLE, PASSED, count_statuses, describe_counts, shown_at_precision, status_of
+from .citation import citation_markdown
 from .files import log as _log
 from .run import execute_notebook, summary_path
 
@@ -50,6 +52,7 @@ __all__ = [
     "execute_all",
     "chapter_modules",
     "execution_digest",
+    "jupyter_book_build",
     "main",
     "stage_sources",
     "toc_notebooks",
@@ -470,8 +473,11 @@ def _controls_text(record: dict) -> str:
 def _separation_text(record: dict) -> str:
     sep = record.get("separation")
     text = "—" if sep is None else f"{sep:+.2g} {record.get('scale', '')}".strip()
-    if record.get("resolution") is not None:
-        text += f"; detects a rotation of {record['resolution']:.2g}°"
+    resolution = record.get("resolution")
+    if resolution is not None and math.isfinite(resolution):
+        text += f"; detects a rotation of {resolution:.2g}°"
+    elif resolution == math.inf:
+        text += "; detects no rotation of its reference up to the largest tried"
     return text
 
 
@@ -584,6 +590,23 @@ def _jupyter_book_command() -> list[str]:
     return [found]
 
 
+def jupyter_book_build(root: Path, stage: Path, path_output: Path, builder: str = "html") -> None:
+    """``jupyter-book build`` of the staged book with Sphinx's ``builder`` into
+    ``path_output/_build/<builder>``: execution off (``_config.yml``), every page re-read, warnings as
+    errors. Raises :class:`BookError` with the warnings. The site is ``builder="html"``; the PDF
+    prints ``"singlehtml"`` (:mod:`attnlib.book.pdf`)."""
+    # --all: re-read every page, so that -W reports the warnings of unchanged pages too.
+    command = [*_jupyter_book_command(), "build", str(stage), "--path-output", str(path_output)]
+    command += ["--builder", builder, "--all", "-W", "--keep-going"]
+    completed = subprocess.run(command, cwd=root, check=False, capture_output=True, text=True)
+    sys.stderr.write(completed.stdout + completed.stderr)
+    if completed.returncode != 0:
+        # Repeat the warnings in the error itself: under pytest the output above is captured.
+        output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)  # no terminal colours
+        warnings = "\n".join(line for line in output.splitlines() if "WARNING" in line)
+        raise BookError(f"jupyter-book failed (exit code {completed.returncode}), warnings are errors:\n{warnings}")
+
+
 def render(root: Path | str = ".") -> bool:
     """Render the staged book into ``_build/html``; return False if it was already up to date."""
     root = Path(root).resolve()
@@ -596,15 +619,7 @@ def render(root: Path | str = ".") -> bool:
     shutil.rmtree(html, ignore_errors=True)  # index.html must come from this render, not an older one
     _log("[site] rendering with jupyter-book (execution off, warnings as errors) ...")
     start = time.perf_counter()
-    # --all: re-read every page, so that -W reports the warnings of unchanged pages too.
-    command = [*_jupyter_book_command(), "build", str(stage), "--path-output", str(root), "--all", "-W", "--keep-going"]
-    completed = subprocess.run(command, cwd=root, check=False, capture_output=True, text=True)
-    sys.stderr.write(completed.stdout + completed.stderr)
-    if completed.returncode != 0:
-        # Repeat the warnings in the error itself: under pytest the output above is captured.
-        output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)  # no terminal colours
-        warnings = "\n".join(line for line in output.splitlines() if "WARNING" in line)
-        raise BookError(f"jupyter-book failed (exit code {completed.returncode}), warnings are errors:\n{warnings}")
+    jupyter_book_build(root, stage, root)
     if not (html / "index.html").exists():
         raise BookError("jupyter-book reported success but _build/html/index.html does not exist")
     stamp.write_text(digest + "\n")
@@ -623,9 +638,11 @@ def build(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
         if failures:
             reasons = [f"  {result.notebook}: {result.reason}" for result in failures]
             raise BookError("notebooks failed, the site was not rendered:\n" + "\n".join(reasons))
-        table = claims_table(root)
-        if not (stage / "book/claims_table.md").exists() or (stage / "book/claims_table.md").read_text() != table:
-            (stage / "book/claims_table.md").write_text(table, encoding="utf-8")
+        # Generated pages the introduction includes: the claims table, and how to cite the book
+        # (from CITATION.cff). Rewritten only when they changed, so the render can stay up to date.
+        for name, text in (("claims_table.md", claims_table(root)), ("citation.md", citation_markdown(root))):
+            if not (stage / "book" / name).exists() or (stage / "book" / name).read_text() != text:
+                (stage / "book" / name).write_text(text, encoding="utf-8")
         render(root)
     _log(f"[book] done in {time.perf_counter() - start:.1f} s")
     return results

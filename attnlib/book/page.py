@@ -20,11 +20,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+from . import run
 from .build import BookError, _jupyter_book_command, stage_sources
 
-__all__ = ["PageError", "page_folder", "render_page"]
+__all__ = ["PageError", "page_folder", "render_page", "render_page_or_report", "run_main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,3 +71,17 @@ def render_page(executed: str | Path, root: str | Path = PROJECT_ROOT) -> Path:
         output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)
         raise PageError(f"jupyter-book failed (exit code {completed.returncode}):\n{output[-3000:]}")
     return page
+
+
+def render_page_or_report(executed: str | Path) -> Path | None:
+    """:func:`render_page`, or ``None`` after printing why the page could not be rendered."""
+    try:
+        return render_page(executed)
+    except PageError as exc:
+        print(f"error: the page could not be rendered: {exc}", file=sys.stderr)
+        return None
+
+
+def run_main(argv: list[str] | None = None) -> int:
+    """``python -m attnlib run``: :func:`attnlib.book.run.main` with ``--html`` rendered here."""
+    return run.main(argv, render_page=render_page_or_report)

@@ -222,10 +222,15 @@ def svm_and_memory_notes(core) -> str:
 
 def local_converge_figure(core):
     """The rebuilt [TFSVM] local-convergence experiment's time by stage (one process) and in two
-    processes; and a Markdown note with the ratios against the official code and the results."""
+    processes, from ``make bench``; and a Markdown note with when it was measured and its results.
+
+    No ratio against the official code here: ``core.json`` holds only attnlib's times (and, as
+    context, the official time of another day with its date and machine); the ratio comes from a
+    side-by-side run (:func:`side_by_side_table`).
+    """
     fig, ax = _figure(1, (8, 3.2))
     lc = core.get("local_converge") if core else None
-    if not (lc and lc.get("ratio_vs_official") and "one_process" in lc):
+    if not (lc and "one_process" in lc and not core.get("quick")):
         no_data(ax, "no full benchmark run")
         fig.tight_layout()
         return fig, ""
@@ -236,23 +241,109 @@ def local_converge_figure(core):
         ax.barh(["one process"], [value], left=left, label=name)
         left += value
     ax.barh(["two processes (W | K, Q)"], [two["seconds"]], color="0.5", label="two halves at once")
-    ax.set(xlabel="seconds", title=f"official code: {lc['official_seconds']:.0f} s (not drawn)")
+    ax.set(xlabel="seconds", title="attnlib, inside one Python process (imports not included)")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     w, kq = lc["results"]["W"], lc["results"]["KQ"]
     seeds = lc["setting"]["seeds"]
+    when = lc.get("measured", {})
     note = (
-        f"End to end, attnlib takes **{one['seconds']:.1f} s** in one process and **{two['seconds']:.1f} s** "
-        f"with its two halves in two processes (the official notebook uses both cores too); the official "
-        f"notebook took {lc['official_seconds']:.0f} s on this machine type: **{lc['ratio_vs_official']:.0f}×** "
-        f"({lc['ratio_vs_official_one_process']:.0f}× in one process). The batched nuclear-norm SVMs agree with "
+        f"Measured {when.get('utc', 'at an unknown time')} UTC (load average "
+        f"{when.get('load_before', [float('nan')])[0]:.1f}): attnlib takes **{one['seconds']:.1f} s** in one "
+        f"process and **{two['seconds']:.1f} s** with its two halves in two processes, inside a process that "
+        f"has already imported it. The batched nuclear-norm SVMs agree with "
         f"CLARABEL to {lc['nuclear_batched_vs_clarabel_max_relerr']:.0e} (relative). Results: {w['not_opt']} of "
         f"{seeds} `W` runs and {kq['not_opt']} of {seeds} `K Qᵀ` runs end on a selection other than the optimal "
         f"one; median correlation of the final `W` with its Frobenius W-SVM {w['median_corr_fro']:.4f}, with "
         f"its nuclear-norm SVM {w['median_corr_nuc']:.4f}; for `W = K Qᵀ`, {kq['median_corr_fro']:.4f} and "
         f"{kq['median_corr_nuc']:.4f} ([TFSVM]: the factorisation goes to the nuclear-norm SVM)."
     )
+    ref = lc.get("official_reference")
+    if ref:
+        note += (
+            f" For context only, not compared: the official notebook took {ref['seconds']:.0f} s on "
+            f"{ref['measured_utc']} ({ref['machine']}): another day, another run, not comparable (on one "
+            "machine type the official time drifted by a factor 1.7 between two days)."
+        )
     return fig, note
+
+
+SIDE_BY_SIDE_KINDS = ("official", "attnlib_1", "attnlib_2")
+
+
+def side_by_side_rounds(sbs) -> list[dict]:
+    """The rounds of a side-by-side result (``benchmarks/results/side_by_side.json``), each with its
+    three whole-process times, the load before each, and the ratios recomputed from them.
+
+    Returns ``[]`` unless the file says its runs were measured together and every round holds one
+    run of each kind (official, attnlib with 1 and 2 processes): a ratio is only ever formed
+    between runs of one round.
+
+    >>> rec = lambda kind, s: {"kind": kind, "seconds": s, "load_before": {"utc": "t", "load_average": [1, 1, 1]}}
+    >>> one_round = [rec("official", 170.0), rec("attnlib_1", 1.7), rec("attnlib_2", 1.0)]
+    >>> sbs = {"measured_together": True, "rounds": [one_round]}
+    >>> [round(r["ratio_2"]) for r in side_by_side_rounds(sbs)]
+    [170]
+    >>> side_by_side_rounds({"rounds": sbs["rounds"]})  # not measured together: no rounds, no ratio
+    []
+    """
+    if not (isinstance(sbs, dict) and sbs.get("measured_together") is True and sbs.get("rounds")):
+        return []
+    out = []
+    for records in sbs["rounds"]:
+        by_kind = {rec.get("kind"): rec for rec in records}
+        if sorted(by_kind) != sorted(SIDE_BY_SIDE_KINDS) or len(records) != len(SIDE_BY_SIDE_KINDS):
+            return []
+        seconds = {k: float(by_kind[k]["seconds"]) for k in SIDE_BY_SIDE_KINDS}
+        out.append(
+            dict(
+                utc=by_kind["official"]["load_before"]["utc"],
+                seconds=seconds,
+                load={k: by_kind[k]["load_before"]["load_average"][0] for k in SIDE_BY_SIDE_KINDS},
+                ratio_1=seconds["official"] / seconds["attnlib_1"],
+                ratio_2=seconds["official"] / seconds["attnlib_2"],
+            )
+        )
+    return out
+
+
+def side_by_side_table(sbs) -> str:
+    """Markdown: the official notebook and attnlib timed together, round by round, with the date,
+    the machine, the load average before each run and the ratios of that round (and their median)."""
+    rounds = side_by_side_rounds(sbs)
+    if not rounds:
+        return (
+            "*No side-by-side measurement found (`python benchmarks/side_by_side.py --official-dir … "
+            "--official-python …`): no ratio against the official code is shown.*"
+        )
+    m, st = sbs["machine"], sbs["setting"]
+    lines = [
+        f"Measured together from **{sbs['started_utc']} to {sbs['finished_utc']} UTC** on `{m['node']}`: "
+        f"{m['cpu']}, {m['cpus']} CPUs. Official: {sbs['official']['repository']} at "
+        f"`{sbs['official']['commit'][:8]}`, {sbs['official']['versions']}; attnlib at "
+        f"`{sbs['attnlib']['commit'][:8]}`, {sbs['attnlib']['versions']}. RUN = {st['runs']} data sets, "
+        f"ITN = {st['steps']} steps; every time is a whole process (start, imports, the experiment)."
+        + (
+            ""
+            if sbs.get("complete", True)
+            else f" **Cut short: {len(rounds)} of the {sbs.get('rounds_asked', '?')} rounds asked for.**"
+        ),
+        "",
+        "| round (start, UTC) | official (s) | attnlib, 1 process (s) | attnlib, 2 processes (s) | "
+        "official / attnlib (1) | official / attnlib (2) | load average before each |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rounds:
+        s, ld = r["seconds"], r["load"]
+        lines.append(
+            f"| {r['utc']} | {s['official']:.1f} | {s['attnlib_1']:.2f} | {s['attnlib_2']:.2f} | "
+            f"{r['ratio_1']:.0f}× | {r['ratio_2']:.0f}× | "
+            f"{ld['official']:.1f} / {ld['attnlib_1']:.1f} / {ld['attnlib_2']:.1f} |"
+        )
+    if len(rounds) > 1:
+        med = lambda key: float(np.median([r[key] for r in rounds]))  # noqa: E731
+        lines.append(f"| median of the rounds' ratios | | | | {med('ratio_1'):.0f}× | {med('ratio_2'):.0f}× | |")
+    return "\n".join(lines)
 
 
 PROFILE_CATEGORIES = ("imports", "train", "regularization_path", "svm", "figures", "animations", "other")

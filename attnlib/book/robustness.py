@@ -1,7 +1,7 @@
 """Every theorem chapter rerun over seeds it never ran: how often each claim passes.
 
-    python -m attnlib robustness --seeds 1000:1099 --jobs 2            # what `make robustness` runs
-    python -m attnlib robustness --seeds 1000:1099 --backend dask      # on a local Dask cluster
+    python -m attnlib robustness --seeds 2000:2019 --jobs 2            # what `make robustness` runs
+    python -m attnlib robustness --seeds 2000:2019 --backend dask      # on a local Dask cluster
 
 Each chapter is swept with :func:`attnlib.book.sweep.run_sweep` (resumable, one papermill run per
 seed) into ``_build/robustness/<chapter>``; the outcome of every check at every seed is then written
@@ -370,7 +370,7 @@ def _collect_only(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnlib robustness", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="1000:1099", help="A:B (inclusive) or a comma list (default 1000:1099)")
+    parser.add_argument("--seeds", default="2000:2019", help="A:B (inclusive) or a comma list (default 2000:2019)")
     parser.add_argument("--chapters", default=",".join(THEOREM_CHAPTERS), help="comma list of chapter notebooks")
     parser.add_argument("--jobs", type=int, default=2, help="points run at once (default 2)")
     parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")

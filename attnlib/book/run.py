@@ -712,7 +712,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "-o",
         "--out",
-        "--output",  # the older spelling, kept as an alias
         dest="output",
         type=Path,
         help="the executed notebook to write (default: _build/runs/NOTEBOOK/PARAMETERS.ipynb)",
@@ -762,8 +761,13 @@ def _report(summary: dict, output: Path) -> int:
     return EXIT_CODES[status]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``run`` command; returns the exit code (:data:`EXIT_CODES_HELP`)."""
+def main(argv: list[str] | None = None, render_page=None) -> int:
+    """The ``run`` command; returns the exit code (:data:`EXIT_CODES_HELP`).
+
+    ``render_page(executed) -> Path | None`` renders ``--html`` pages; the command line passes
+    :func:`attnlib.book.page.render_page_or_report` (the page machinery sits above this module, on the
+    book build).
+    """
     args = _parse_args(argv)
     try:
         if args.list_parameters:
@@ -788,12 +792,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     code = _report(summary, output)
     if args.html and output.exists():
-        from .page import PageError, render_page
-
-        try:
-            page = render_page(output)
-        except PageError as exc:
-            print(f"error: the page could not be rendered: {exc}", file=sys.stderr)
+        if render_page is None:
+            print("error: --html renders through attnlib.book.page (python -m attnlib run)", file=sys.stderr)
+            return code or EXIT_USAGE
+        page = render_page(output)
+        if page is None:
             return code or EXIT_ERROR
         print(f"page: {page}", file=sys.stderr)
     return code

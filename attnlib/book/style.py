@@ -17,7 +17,8 @@ tall. The style is chosen so that:
   lines beneath do not run through their text; lines share one width.
 
 >>> import matplotlib
->>> use()["figure.dpi"] == matplotlib.rcParams["figure.dpi"] == FIGURE_DPI
+>>> with matplotlib.rc_context():  # a doctest leaves the test process's style alone
+...     use()["figure.dpi"] == matplotlib.rcParams["figure.dpi"] == FIGURE_DPI
 True
 >>> text_px(SMALLEST_FONT_PT, COLUMN_INCHES) >= MIN_TEXT_PX
 True

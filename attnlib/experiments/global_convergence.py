@@ -5,7 +5,9 @@ offset and its horizon (:func:`offset_equilibrium`, :func:`offset_check_horizon`
 :func:`offset_relaxation_reason`), the descent bound of the gradient against ``p_mm``
 (:func:`descent_bound`, :func:`descent_ratio`, :func:`gradient_cosine`), GD's gap constant and
 norm slope (:func:`gd_gap_constant`, :func:`norm_log_slope`), and NGD's rate tolerance
-(:func:`ngd_rate_tolerance`).
+(:func:`ngd_rate_tolerance`). The counterexample to the theorem as usually read (:func:`trap_instance`,
+:func:`trap_certificate`, :func:`trap_basin`, :func:`trap_rates`), seed perturbations of the fixed
+instances (:func:`perturbed`) and the step-size experiment (:func:`step_size_sweep`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..fits import half_decade_slopes
+from ..flow import flow_grid, gradient_flow, smoothness_bound
 from ..metrics import cosine, offset_exponent, one_minus_cosine, orthogonal_offset
-from ..model import TokenSelectionProblem
+from ..model import TokenSelectionProblem, stack_problems, token_selection
+from ..optim import train
+from ..svm import InfeasibleError, max_margin
 
 __all__ = [
     "offset_equilibrium",
@@ -28,6 +33,15 @@ __all__ = [
     "offset_relaxation_reason",
     "offset_check_horizon",
     "norm_log_slope",
+    "TRAP_KEYS",
+    "TRAP_START",
+    "trap_instance",
+    "perturbed",
+    "trap_certificate",
+    "trap_basin",
+    "equal_score_problems",
+    "trap_rates",
+    "step_size_sweep",
 ]
 
 
@@ -276,3 +290,174 @@ def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
     s_last, s_prev = half_decade_slopes(steps, norm)
     start = int(np.searchsorted(steps, steps[-1] / np.sqrt(10) * (1 - 1e-12)))
     return s_last / M, float(2 * abs(s_last - s_prev) / M + one_minus_cosine(theta[start], direction))
+
+
+# ---------------------------------------------------------------------- the counterexample
+
+#: Keys of the two-input counterexample: input 1 {(1, 0), (0, 0)}, input 2 {(−3, 0.1), (0, 0)}.
+TRAP_KEYS = np.array([[[1.0, 0.0], [0.0, 0.0]], [[-3.0, 0.1], [0.0, 0.0]]])
+#: The start from which GD stays trapped.
+TRAP_START = np.array([3.0, 0.0])
+
+
+def trap_instance(seed: int = 0, scale: float = 0.05, loss: str = "logistic") -> TokenSelectionProblem:
+    """Two inputs of two tokens, scores (1, 0) in both: the instance on which GD from (3, 0) stays trapped.
+
+    Seed 0 is the instance exactly (optimal keys (1, 0) and (−3, 0.1), the others at 0). Any other
+    seed moves both optimal keys by ``scale·N(0, I)`` (the hypotheses stay true: with two tokens the
+    equal-score condition is vacuous, and the SVM stays feasible while the two optimal keys are not
+    opposite). The trap needs input 2's key to point against input 1's: it persists while
+    ``⟨k_1, k_2⟩ < 0``.
+
+    >>> prob = trap_instance()
+    >>> prob.A[:, 0].tolist(), prob.gamma.tolist()
+    ([[1.0, 0.0], [-3.0, 0.1]], [[1.0, 0.0], [1.0, 0.0]])
+    """
+    A = TRAP_KEYS.copy()
+    if seed:
+        A[:, 0] += scale * np.random.default_rng(seed).normal(size=(2, 2))
+    return token_selection(A, np.array([[1.0, 0.0], [1.0, 0.0]]), loss)
+
+
+def perturbed(prob: TokenSelectionProblem, seed: int, scale: float) -> TokenSelectionProblem:
+    """``prob`` with every logit feature moved by ``scale·N(0, 1)`` drawn from ``seed`` (seed 0: ``prob`` itself).
+
+    The scores are kept, so equal non-optimal scores stay equal: the perturbed instance stays
+    inside the global theorem's hypotheses (the SVM's feasibility is checked by the caller).
+    """
+    if not seed:
+        return prob
+    noise = scale * np.random.default_rng(seed).normal(size=prob.A.shape)
+    keep = np.abs(prob.A).sum(axis=(0, 1)) > 0  # coordinates that carry keys (not the score coordinate)
+    return token_selection(prob.A + noise * keep, prob.gamma, prob.loss)
+
+
+def trap_certificate(prob: TokenSelectionProblem, start, t_max: float = 1e15, gd_steps: int = 20_000) -> dict:
+    """The trap, measured: gradient flow to ``t_max`` and GD at ``η = c/L`` (c = 0.1, 1) from ``start`` and from 0.
+
+    Returns a dict: ``flow`` (the :class:`attnlib.flow.FlowTrajectory` of [start, 0]), ``gd`` {c: run},
+    ``L`` the smoothness bound, ``sol`` the SVM, and per run the cosine with ``p_mm*``, input 2's
+    ``log σ_opt`` and the largest ``|p_2|`` along the run.
+    """
+    sol = max_margin(prob)
+    starts = np.array([start, np.zeros(prob.size)], float)
+    flow = gradient_flow(prob, starts, t_max=t_max)
+    L = smoothness_bound(prob)
+    record = np.unique(np.r_[0, np.geomspace(1, gd_steps, 60).astype(int)])
+    gd = {c: train(prob, starts, gd_steps, method="gd", lr=c / L, record_steps=record) for c in (0.1, 1.0)}
+
+    def summary(run):
+        log_sigma = prob.log_attention(run.theta[-1])  # (2 runs, n, T)
+        return {
+            "cosine": cosine(run.theta[-1], sol.theta),
+            "log_sigma_opt_2": log_sigma[:, 1, 0],
+            "max_abs_p2": np.abs(run.theta[:, :, 1]).max(0),
+            "t": float(run.steps[-1] * (1.0 if run.method == "flow" else run.lr)),
+            "monotone": bool(np.all(np.diff(run.loss, axis=0) <= 1e-15)),
+        }
+
+    return {
+        "sol": sol,
+        "L": L,
+        "flow": flow,
+        "gd": gd,
+        "summary": {"flow": summary(flow)} | {c: summary(r) for c, r in gd.items()},
+    }
+
+
+def trap_basin(prob: TokenSelectionProblem, grid, t_max: float = 1e15, tol: float = 1e-6) -> np.ndarray:
+    """Which starts of the key plane stay trapped under gradient flow to ``t_max``: (len(grid), len(grid)) bool.
+
+    One batched flow (rtol = atol = ``tol``: the classification, "some input attends to a
+    non-optimal token at ``t_max``", is far from its boundary once ``t`` is large). Row ``j`` is
+    ``p_2 = grid[j]``, column ``i`` is ``p_1 = grid[i]``.
+    """
+    grid = np.asarray(grid, float)
+    starts = np.stack(np.meshgrid(grid, grid, indexing="xy"), -1).reshape(-1, 2)
+    run = gradient_flow(prob, starts, times=flow_grid(t_max, per_decade=1), rtol=tol, atol=tol)
+    trapped = np.any(prob.selection(run.theta[-1]) != prob.opt, axis=-1)
+    return trapped.reshape(len(grid), len(grid))
+
+
+def equal_score_problems(n: int, T: int, d: int, count: int, seed: int) -> list[TokenSelectionProblem]:
+    """``count`` random instances with equal non-optimal scores and a feasible SVM.
+
+    Keys ``N(0, I_d)``; token 0 scores 1, the others 0 (equal: the theorem's hypothesis); logistic loss.
+    Draws whose SVM is infeasible are skipped (drawn again) so every instance meets the hypotheses.
+    """
+    rng = np.random.default_rng(seed)
+    gamma = np.zeros((n, T))
+    gamma[:, 0] = 1.0
+    out = []
+    while len(out) < count:
+        prob = token_selection(rng.normal(size=(n, T, d)), gamma, "logistic")
+        try:
+            max_margin(prob)
+        except InfeasibleError:
+            continue
+        out.append(prob)
+    return out
+
+
+def trap_rates(cells, count: int, seed: int, t_max: float = 1e15) -> list[dict]:
+    """Fraction of gradient-flow runs that end off the optimal tokens, per ``(n, T, d, start_norm)`` cell.
+
+    Each cell draws ``count`` instances (:func:`equal_score_problems`, seed ``seed`` + cell index)
+    and one start per instance of norm ``start_norm`` in a uniform random direction, integrates
+    them as one batch per instance size (rtol = atol = 1e-6) to ``t_max`` and counts the runs
+    with some input attending to a non-optimal token. Returns one dict per cell.
+    """
+    rows = []
+    for k, (n, T, d, norm) in enumerate(cells):
+        probs = equal_score_problems(n, T, d, count, seed + 1000 * k)
+        stack = stack_problems(probs)
+        rng = np.random.default_rng(seed + 1000 * k + 1)
+        direction = rng.normal(size=(count, d))
+        starts = norm * direction / np.linalg.norm(direction, axis=-1, keepdims=True)
+        run = gradient_flow(stack, starts, times=flow_grid(t_max, per_decade=1), rtol=1e-6, atol=1e-6)
+        sel = np.argmax(stack.logits(run.theta[-1]), axis=-1)  # (S, n)
+        trapped = np.any(sel != stack.opt, axis=-1)
+        rows.append({"n": n, "T": T, "d": d, "start_norm": norm, "runs": count, "trapped": int(trapped.sum())})
+    return rows
+
+
+def step_size_sweep(prob: TokenSelectionProblem, starts, products, steps: int) -> list[dict]:
+    """GD at ``η = c/L`` for each ``c`` in ``products``, against gradient flow at the same time ``t = ηk``.
+
+    ``L`` from :func:`attnlib.flow.smoothness_bound`; one batch of ``len(starts)`` runs of ``steps``
+    steps per ``c``. A start counts as *trapped* when some input attends mostly (σ < 1/2 on its
+    optimal token) to a non-optimal token at the end. Returns per ``c``: ``c``, ``lr``,
+    ``monotone`` (share of runs whose loss never rises), ``first_increase`` (earliest step at which
+    some run's loss rose, or None), ``trapped`` (B,) bool, ``flow_trapped`` (B,) the same for the
+    flow at ``t = c·steps/L`` and ``moved`` the share of starts classified differently.
+    """
+    L = smoothness_bound(prob)
+    starts = np.asarray(starts, float)
+    times = np.unique(np.asarray(products, float) * steps / L)
+    flow = gradient_flow(prob, starts, times=np.r_[0.0, times], rtol=1e-8, atol=1e-8)
+
+    def trapped(theta):
+        log_sigma = prob.log_attention(theta)[..., np.arange(prob.n), prob.opt]
+        return np.any(log_sigma < -np.log(2), axis=-1)
+
+    rows = []
+    for c in products:
+        run = train(prob, starts, steps, method="gd", lr=c / L, record_every=1)
+        with np.errstate(invalid="ignore"):
+            rises = np.diff(run.loss, axis=0) > 1e-12 * np.abs(run.loss[:-1])
+        first = np.flatnonzero(rises.any(axis=1))
+        at = int(np.argmin(np.abs(flow.steps - c * steps / L)))
+        ends, reference = trapped(run.final), trapped(flow.theta[at])
+        rows.append(
+            {
+                "c": float(c),
+                "lr": float(c / L),
+                "monotone": float(np.mean(~rises.any(axis=0))),
+                "first_increase": int(first[0]) + 1 if first.size else None,
+                "trapped": ends,
+                "flow_trapped": reference,
+                "moved": float(np.mean(ends != reference)),
+                "finite": bool(np.all(np.isfinite(run.final))),
+            }
+        )
+    return rows

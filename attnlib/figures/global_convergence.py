@@ -26,6 +26,9 @@ __all__ = [
     "gd_against_ngd",
     "gap_descent_and_w_panels",
     "norm_and_offset_settling",
+    "flow_direction_panels",
+    "trap_panels",
+    "step_size_panels",
 ]
 
 
@@ -429,4 +432,66 @@ def norm_and_offset_settling(axes, steps, norm, M, offset_error, kappa_M):
     axes[1].set(xlabel="iteration $t$", ylabel=r"$|p_2(t) - p_2(\infty)|$", title="(b) the offset settles")
     for ax in axes:
         ax.legend(loc="best")
+    return axes
+
+
+def flow_direction_panels(axes, runs):
+    """GD's direction error against time on log axes: gradient flow to 10¹⁵ and GD at η = c/L.
+
+    ``runs``: list of ``(t (R,), theta (R, B, d), theta_mm (d,), label, style)``; the error is the
+    angle (degrees) between θ(t) and ``theta_mm``, worst over the batch. ``axes[1]``: the same
+    against ``1/log t`` (a bounded offset over a norm growing like ``M log t``: a line through 0).
+    """
+    for t, theta, theta_mm, label, style in runs:
+        keep = t > 1
+        with np.errstate(invalid="ignore", divide="ignore"):  # θ = 0 at t = 0 for a start at the origin
+            cos = np.sum(theta * theta_mm, -1) / (np.linalg.norm(theta, axis=-1) * np.linalg.norm(theta_mm))
+        angle = np.degrees(np.arccos(np.clip(cos, -1, 1))).max(-1)
+        axes[0].loglog(t[keep], angle[keep], style, label=label)
+        axes[1].plot(1 / np.log(t[keep]), angle[keep], style, label=label)
+    axes[0].set(xlabel=r"time $t$ (GD: $\eta k$)", ylabel=r"angle to $p^{mm}$ (degrees)", title="(a) direction error")
+    axes[1].set(xlabel=r"$1/\log t$", ylabel="angle (degrees)", title=r"(b) against $1/\log t$")
+    axes[1].set_xlim(left=0)
+    for ax in axes:
+        ax.legend(loc="best")
+    return axes
+
+
+def trap_panels(axes, prob: TokenSelectionProblem, flow, theta_mm, grid, trapped):
+    """The counterexample: (a) the two flows in the key plane, (b) input 2's attention on its optimal
+    token, (c) the basin of the trap in the plane of starts (``trapped`` (G, G) bool over ``grid``)."""
+    t = flow.steps
+    names = ["from $p(0) = (3, 0)$: trapped", "from $p(0) = 0$: converges"]
+    for b, (name, color) in enumerate(zip(names, [COLORS["local"], COLORS["global"]])):
+        axes[0].plot(flow.theta[:, b, 0], flow.theta[:, b, 1], color=color, label=name)
+        log_sigma = prob.log_attention(flow.theta[:, b])[:, 1, 0]
+        axes[1].semilogx(t[1:], log_sigma[1:], color=color, label=name)
+    direction(axes[0], theta_mm, length=40, color="k", ls="--", label=r"$p^{mm\star} = (1, 40)$")
+    axes[0].set(
+        xlabel="$p_1$", ylabel="$p_2$", title="(a) gradient flow to $t = 10^{15}$", xlim=(-1, 40), ylim=(-2, 45)
+    )
+    axes[1].set(xlabel="time $t$", ylabel=r"$\log \sigma_{2,\mathrm{opt}}$", title="(b) input 2's optimal token")
+    extent = (grid[0], grid[-1], grid[0], grid[-1])
+    axes[2].imshow(trapped, origin="lower", extent=extent, cmap="Reds", vmin=0, vmax=1.5, aspect="auto")
+    axes[2].plot(*[[3.0], [0.0]], "k^", label="$p(0) = (3, 0)$")
+    axes[2].plot(0, 0, "ko", label="$p(0) = 0$")
+    axes[2].set(xlabel="$p_1(0)$", ylabel="$p_2(0)$", title=f"(c) trapped starts (red): {trapped.mean():.0%}")
+    for ax in axes:
+        ax.legend(loc="best", fontsize=7)
+    return axes
+
+
+def step_size_panels(axes, rows, labels):
+    """The step-size experiment: (a) share of runs whose loss never rises, (b) share ending trapped, against η·L."""
+    c = np.array([r["c"] for r in rows])
+    axes[0].semilogx(c, [r["monotone"] for r in rows], "o-", color=COLORS["local"])
+    axes[0].axvline(1, color="k", ls=":", lw=1)
+    axes[0].set(
+        xlabel=r"$\eta L$", ylabel="share of runs with monotone loss", title="(a) monotone descent", ylim=(-0.05, 1.05)
+    )
+    for key, style in labels:
+        axes[1].semilogx(c, [np.mean(r[key]) for r in rows], style, label=key)
+    axes[1].axvline(1, color="k", ls=":", lw=1)
+    axes[1].set(xlabel=r"$\eta L$", ylabel="share of starts trapped", title="(b) the basin of the trap")
+    axes[1].legend(loc="best")
     return axes

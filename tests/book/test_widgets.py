@@ -350,12 +350,15 @@ def test_the_live_explorer_redraws_in_a_kernel():
         )
     )
     previous = os.environ.get(al.book.widgets.EXPLORERS_ENV)
-    os.environ.pop(al.book.widgets.EXPLORERS_ENV, None)  # the default in a kernel: live
+    # nbclient, like papermill, has no frontend and gets static explorers by default: ask for live.
+    os.environ[al.book.widgets.EXPLORERS_ENV] = "live"
     try:
         NotebookClient(notebook, timeout=300, resources={"metadata": {"path": str(FIXTURE.parent)}}).execute()
     finally:
         if previous is not None:
             os.environ[al.book.widgets.EXPLORERS_ENV] = previous
+        else:
+            os.environ.pop(al.book.widgets.EXPLORERS_ENV, None)
     outputs = notebook.cells[-2].outputs
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)  # a live widget
     printed = "".join(o.get("text", "") for o in notebook.cells[-1].outputs)
