@@ -82,6 +82,8 @@ PRINT_CSS = """
   .cell_output, .output, div.highlight, .pst-scrollable-table-container, .table-wrapper, .math,
   mjx-container { overflow: visible !important; max-height: none !important; }
   pre { white-space: pre-wrap !important; overflow-wrap: anywhere; overflow: visible !important; }
+  /* Long inline names (al.experiments.<chapter>.<helper>) break anywhere rather than pass the margin. */
+  code.literal { white-space: normal !important; overflow-wrap: anywhere; word-break: break-all; }
   table { width: 100% !important; max-width: 100% !important; table-layout: auto; }
   table td, table th { overflow-wrap: break-word; white-space: normal !important; }
   img { max-width: 100% !important; height: auto !important; }
