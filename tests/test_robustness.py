@@ -113,3 +113,15 @@ def test_every_theorem_chapter_holds_on_fresh_seeds_as_the_committed_tables_say(
             if expected != row["status"]:
                 differ.append(f"{chapter} seed {row['seed']} {row['check']}: {row['status']}, table says {expected}")
     assert not differ, "the committed robustness tables no longer describe the code:\n" + "\n".join(differ)
+
+
+def test_a_table_is_stale_once_its_chapter_code_changes(tmp_path):
+    root = _seeded_root(tmp_path)
+    digest = robustness.source_digest(root, "seeded")
+    record = {"chapters": {"seeded": {"numerics_digest": digest}}}
+    assert robustness.stale_chapters(root, record, ["seeded"]) == []
+    assert robustness.stale_chapters(root, record, ["seeded"], planted_edit=True) == ["seeded"]
+    notebook = json.loads((root / "notebooks" / "seeded.ipynb").read_text())
+    notebook["cells"].append({"cell_type": "markdown", "metadata": {}, "source": ["prose only"]})
+    (root / "notebooks" / "seeded.ipynb").write_text(json.dumps(notebook))
+    assert robustness.stale_chapters(root, record, ["seeded"]) == [], "prose does not make a table stale"

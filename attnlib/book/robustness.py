@@ -245,6 +245,24 @@ def source_digest(root: str | os.PathLike, chapter: str) -> str:
     return numerics_digest(json.loads(path.read_text(encoding="utf-8")))
 
 
+def stale_chapters(root: str | os.PathLike, record: dict, chapters, planted_edit: bool = False) -> list[str]:
+    """The chapters of ``record`` whose table was not made by the chapter's current code.
+
+    A table is current when the digest of the notebooks its sweep executed
+    (``record["chapters"][c]["numerics_digest"]``) equals :func:`source_digest` of the chapter now.
+    ``planted_edit=True`` is the control of that comparison: each chapter's code is judged with one
+    statement added after its sweep, so every table must then read as stale.
+    """
+    stale = []
+    for chapter in chapters:
+        notebook = json.loads((Path(root) / "notebooks" / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        if planted_edit:
+            notebook["cells"] = [*notebook["cells"], {"cell_type": "code", "metadata": {}, "source": ["pass\n"]}]
+        if numerics_digest(notebook) != record["chapters"][chapter]["numerics_digest"]:
+            stale.append(chapter)
+    return stale
+
+
 def read_record(table_dir: str | os.PathLike) -> dict:
     """The sweep's record (``sweep.json``): per chapter, its commit, date, seeds, wall time, outcome."""
     path = Path(table_dir) / "sweep.json"
