@@ -62,6 +62,7 @@ THEOREM_CHAPTERS = (
     "06_real_tokens",
     "07_factorization",
     "08_decoder_and_initialisation",
+    "09_optimizer_geometry",
 )
 TABLE_DIR = Path("book/robustness")
 COLUMNS = (
