@@ -59,14 +59,6 @@ def built_site(executed_book):
 # chapter conversions landed (minutes before the session ended). Each is a real defect, listed in the
 # closing note; they run and report as xfail until fixed (strict=False: a fix shows as XPASS).
 KNOWN_FAILURES = {
-    "tests/test_site.py::test_prose_shows_parameter_values_not_names[notebooks/01_global_convergence]": "2 parameter names in chapter 1's new sections",  # noqa: E501
-    "tests/test_site.py::test_prose_shows_parameter_values_not_names[notebooks/09_optimizer_geometry]": "13 parameter names in chapter 9's prose",  # noqa: E501
-    "tests/test_site.py::test_no_stray_check_repr_or_stale_promise[notebooks/01_global_convergence]": "trap_descent_lemma's repr",  # noqa: E501
-    "tests/test_site.py::test_no_stray_check_repr_or_stale_promise[notebooks/02_regularization_path]": "rp_paths_no_worse_than_ray's repr",  # noqa: E501
-    "tests/test_site.py::test_no_stray_check_repr_or_stale_promise[notebooks/08_decoder_and_initialisation]": "decoder_W_direction's repr",  # noqa: E501
-    "tests/test_site.py::test_pictures_have_alt_text_and_twice_their_shown_resolution[notebooks/09_optimizer_geometry]": "chapter 9 does not apply the book's figure style",  # noqa: E501
-    "tests/test_site.py::test_every_chapter_applies_the_one_figure_style": "chapter 9 does not apply the book's figure style",  # noqa: E501
-    "tests/test_publish.py::test_the_introduction_shows_the_citation_and_links_the_pdf": "the intro's citation include was lost in a merge",  # noqa: E501
     "tests/test_publish.py::test_the_pdf_has_every_chapter_on_the_page_its_contents_give": "chapter 8's title is not found in the PDF text",  # noqa: E501
 }
 
