@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tomllib
+import unicodedata
 from pathlib import Path
 
 import bs4
@@ -254,6 +255,8 @@ def built_pdf(built_site):
 
 
 def _normal(text: str) -> str:
+    # NFKC: the PDF's text has the font's ligatures ("ﬁ" in "fixed"), the titles the letters.
+    text = unicodedata.normalize("NFKC", text)
     return " ".join(text.replace("\u2019", "'").replace("\u2018", "'").split())
 
 

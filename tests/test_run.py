@@ -482,3 +482,29 @@ def test_raw_papermill_gives_the_static_explorers_unless_asked(tmp_path, asked):
     widget = "application/vnd.jupyter.widget-view+json"
     assert (widget in mimes) == (asked == "live"), mimes
     source.unchanged()
+
+
+def test_a_kernel_draws_figures_into_the_notebook_whatever_the_callers_backend(tmp_path, monkeypatch):
+    """The test process runs with MPLBACKEND=Agg; a kernel that inherited it would draw no figure
+    (and a book page would lose its figures and their labels)."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["import matplotlib.pyplot as plt\n", "plt.plot([0, 1])"],
+                "outputs": [],
+                "execution_count": None,
+            }  # fmt: skip
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    source = tmp_path / "plot.ipynb"
+    source.write_text(json.dumps(notebook))
+    run.execute_notebook(source, tmp_path / "out" / "plot.ipynb")
+    outputs = json.loads((tmp_path / "out" / "plot.ipynb").read_text())["cells"][0]["outputs"]
+    assert any("image/png" in output.get("data", {}) for output in outputs)
+    assert os.environ["MPLBACKEND"] == "Agg", "the caller's environment is restored"

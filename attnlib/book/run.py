@@ -64,6 +64,7 @@ import time
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import attnlib
 
@@ -633,7 +634,11 @@ def execute_notebook(
     start = time.perf_counter()
     failure = None
     try:
-        with static_explorers():  # the kernel inherits ATTNLIB_EXPLORERS=static: precomputed explorers
+        # The kernel inherits ATTNLIB_EXPLORERS=static (precomputed explorers), and not MPLBACKEND: a
+        # backend such as Agg (the test process's) would draw no figure into the notebook, and the
+        # book's figures and their labels would vanish from the executed copy.
+        with static_explorers(), mock.patch.dict(os.environ):
+            os.environ.pop("MPLBACKEND", None)
             papermill.execute_notebook(
                 str(notebook),
                 str(tmp),
