@@ -534,3 +534,16 @@ def test_factor_and_parameter_trajectories_share_the_batch_record():
     one = traj.select(1)
     assert one.theta.shape == (5, 1) + prob.shape and one.lr.tolist() == [0.2]
     assert al.optim.record_schedule(10, 4).tolist() == [0, 4, 8, 10]
+
+
+def test_study_offset_exponent_is_the_judged_statistic_and_grows_for_a_wrong_reference(small_study):
+    # SelectionStudy.offset_exponent is what chapter 6's direction check and its rotated control evaluate:
+    # against a run's own SVM it must equal follow_selection's exponent; against a fixed other direction, ~1.
+    _, _, problems, solutions = small_study
+    study = al.experiments.real_tokens.selection_study(problems, solutions, 800, 0.1, 50, 40.0, 10.0, rng=0)
+    assert study.judged, "the small study should judge at least one run"
+    for key, r in study.judged.items():
+        own = r["solution"].theta
+        assert study.offset_exponent(key, own) == pytest.approx(r["exponent"], rel=1e-12, abs=1e-12)
+        toward = np.random.default_rng(1).standard_normal(own.shape)
+        assert study.offset_exponent(key, al.metrics.rotate_toward(own, toward, 20.0)) > 0.5

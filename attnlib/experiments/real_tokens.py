@@ -230,6 +230,27 @@ class SelectionStudy:
         """``(kind, n) →`` whether the SVM of the optimal patches is feasible."""
         return {key: sol is not None for key, sol in self.solutions.items()}
 
+    def offset_exponent(self, key, reference) -> float:
+        """:func:`attnlib.metrics.offset_exponent` of the NGD run ``key`` (a key of :attr:`judged`,
+        ``(kind, n, "ngd", start)``) over the direction check's window ``[T/4, T]``, against ``reference``
+        (any parameter of the run's shape: its own SVM, a rotated copy, ``θ_mm(opt)``).
+
+        >>> import attnlib as al
+        >>> data = al.datasets.digit_patches(n=40, seed=0)
+        >>> v = fit_patch_head(data.X[:30], data.y[:30])
+        >>> problems, solutions = nested_svms(data.subset(slice(30, 40)), v, [2, 4])
+        >>> study = selection_study(problems, solutions, 400, 0.1, 50, 40.0, 10.0, rng=0)
+        >>> key = ("p", 2, "ngd", "zero")
+        >>> own = study.results[key]["solution"].theta
+        >>> tilted = al.metrics.rotate_toward(own, np.eye(len(own))[0], 30.0)  # a fixed wrong direction
+        >>> bool(study.offset_exponent(key, own) < 0.5 < study.offset_exponent(key, tilted))
+        True
+        """
+
+        kind, n, _, start = key
+        theta = self.ngd[kind, n, start]
+        return float(offset_exponent(theta[self.window], theta[-1], np.asarray(reference, float)))
+
     def offset_curves(self) -> list:
         """For every judged run: its offset from the line of its own SVM against its norm over the
         window, both relative to the window's start (:func:`attnlib.orthogonal_offset`), and, when it

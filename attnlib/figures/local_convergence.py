@@ -131,7 +131,7 @@ def paths_to_two_directions(
     direction(ax, local_dir, 14, color=COLORS["local"], label=local_label, ls=local_ls)
     x0, x1, y0, y1 = (-4, 12, -3, 10) if limits is None else limits
     ax.set(xlim=(x0, x1), ylim=(y0, y1), xlabel="$p_1$", ylabel="$p_2$")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper right")
     return ax
 
 
@@ -152,12 +152,12 @@ def cone_run_curves(axes, runs, colors: dict):
             axes[1].plot(x, runs.gd.norm[:, b] / runs.ngd.norm[0, b], color=colors[key], lw=1, ls=":")
     axes[0].axhline(1.0, color="k", ls="--", lw=1, label="cone edge")
     axes[0].set(xscale="log", yscale="log", xlabel="iteration", ylabel="(1 − cos(p(t), p_mm(α))) / μ")
-    axes[0].set_title("(a) NGD: distance to the cone's direction", fontsize=10)
+    axes[0].set_title("(a) NGD: distance to the cone's direction")
     axes[1].plot([], [], color="k", ls=":", label="GD (all cones)")
     axes[1].set(xscale="log", yscale="log", xlabel="iteration", ylabel="‖p(t)‖ / ‖p(0)‖")
-    axes[1].set_title("(b) norm: NGD (solid) and GD (dotted)", fontsize=10)
+    axes[1].set_title("(b) norm: NGD (solid) and GD (dotted)")
     for ax in axes:
-        ax.legend(fontsize=8)
+        ax.legend()
     return axes
 
 
@@ -171,7 +171,7 @@ def basin_explorer_frame(ax, kind, limits, prob: TokenSelectionProblem, path, ti
     ax.plot(path[:, 0], path[:, 1], color="k", lw=1.2)
     ax.plot(*path[0, :2], "ko", ms=5)
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="p₁(0)", ylabel="p₂(0)")  # no mathtext: redrawn per position
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title)
     return ax
 
 
@@ -227,9 +227,9 @@ def local_path_curves(axes, cases):
             axes[1].plot(c.radii, np.nan_to_num(c.omc / c.mu, nan=1.0), ls=style, label=label)
             axes[1].plot(c.radii, c.path.norm / c.radii, ls=style, color="grey", lw=0.8)
     axes[0].set(xscale="log", yscale="log", xlabel="R", ylabel="1 − cos(p̄_α(R), p_mm(α))")
-    axes[0].set_title("(a) locally optimal: path (solid), bound (dashed), cone μ (dotted)", fontsize=10)
+    axes[0].set_title("(a) locally optimal: path (solid), bound (dashed), cone μ (dotted)")
     axes[1].set(xscale="log", xlabel="R", ylabel="(1 − cos)/μ (colour), ‖p̄‖/R (grey)")
-    axes[1].set_title("(b) not locally optimal", fontsize=10)
+    axes[1].set_title("(b) not locally optimal")
     for ax in axes:
-        ax.legend(fontsize=7)
+        ax.legend()
     return axes

@@ -96,7 +96,7 @@ def patch_images(
         if frames is not None and frames[j] is not None:
             ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), W, H, fill=False, ec=frames[j], lw=4))
         if titles is not None and titles[j]:
-            ax.text(x0 + W / 2 - 0.5, y0 - 1.2, titles[j], ha="center", va="bottom", fontsize=7)
+            ax.text(x0 + W / 2 - 0.5, y0 - 1.2, titles[j], ha="center", va="bottom")
     ax.set_xticks([])
     ax.set_yticks([])
     ax.grid(False)
@@ -186,15 +186,15 @@ def selection_panels(results: dict, feasible: dict, n_values, kind: str, T: int)
             axes[2].bar(range(len(n_values)), share, bottom=bottom, color=color, label=label)
         bottom += share
     axes[0].set(xscale="log", ylabel="fraction with selected = optimal", ylim=(0, 1.05))
-    axes[0].set_title("does it select the optimal token?", fontsize=10)
+    axes[0].set_title("does it select the optimal token?")
     axes[1].set(xscale="log", yscale="log", ylabel=r"$1-\cos$")
-    axes[1].set_title(r"alignment with $\theta_{mm}(\hat\alpha)$ of its own selection", fontsize=10)
+    axes[1].set_title(r"alignment with $\theta_{mm}(\hat\alpha)$ of its own selection")
     axes[2].set(ylabel="fraction of samples", ylim=(0, 1))
     axes[2].set_xticks(range(len(n_values)), [str(n) for n in n_values])
-    axes[2].set_title("NGD from zero: score rank of the selected token", fontsize=10)
+    axes[2].set_title("NGD from zero: score rank of the selected token")
     for ax, loc in zip(axes, ("lower left", "best", "lower right")):
         ax.set_xlabel("samples n")
-        ax.legend(fontsize=7, loc=loc)
+        ax.legend(loc=loc)
     for ax in axes[:2]:
         ax.set_xticks(list(n_values), [str(n) for n in n_values])
         ax.xaxis.set_minor_locator(plt.NullLocator())
@@ -224,8 +224,8 @@ def offset_growth(ax, curves, n_values, title: str = ""):
     for e, color in ((0.0, "0.5"), (0.5, "tab:red"), (1.0, "k")):
         ax.plot(g, g**e, color=color, lw=0.8, ls="-.", label=f"offset ~ norm^{e:g}")
     ax.set(xscale="log", yscale="log", xlabel=r"$\|\theta(t)\| / \|\theta(T/4)\|$", ylabel="offset / offset at T/4")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=6, ncol=2)
+    ax.set_title(title)
+    ax.legend(ncol=2)
     return ax
 
 
