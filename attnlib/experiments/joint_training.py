@@ -56,6 +56,7 @@ __all__ = [
     "arc_position",
     "train_joint_ratio",
     "joint_path_rows",
+    "joint_path_premise",
     "joint_path_table",
 ]
 
@@ -326,6 +327,55 @@ def train_joint_ratio(
     ]
 
 
+def _rotate2(P, degrees: float) -> np.ndarray:
+    """2-D vectors ``P`` (..., 2) rotated by ``degrees`` (counter-clockwise)."""
+    a = np.radians(degrees)
+    return np.asarray(P, float) @ np.array([[np.cos(a), np.sin(a)], [-np.sin(a), np.cos(a)]])
+
+
+def joint_path_premise(X, y, select, path: JointPath, svms, W=None, loss: str = "logistic", rotate: float = 0.0):
+    """The premise of :func:`joint_path_bounds` at the largest radius: is the search's point no worse than the rays?
+
+    The ray bounds hold for any point ``(p̄, v̄)`` with ``L(p̄, v̄) ≤ L(p̄, R_v v̂_mm)`` (head) and
+    ``E(p̄) ≤ E(R_p p̂_S)`` at ``v̄`` (attention, ``E`` the excess :func:`joint_log_gap`), which the path's
+    search claims but does not prove (a grid search). Returns ``(head, attention)``: the two log-excesses
+    ``log L(p̄, v̄) − log L(p̄, ray)`` and ``log E(p̄) − log E(ray)`` (``≤ 0``: the premise holds; ``+inf``
+    where ``E(p̄) ≤ 0`` fails the premise's sign). ``rotate`` (degrees) turns the block being compared
+    first (``v̄`` in the head's excess, ``p̄`` in the attention's, the other block kept): the control, a
+    search that missed that block's optimum by that angle. One data set, ``path`` unstacked.
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.joint_tokens(relaxed=True)
+    >>> path = al.paths.joint_regularization_path(X, y, 1, [100.0], [1e4])
+    >>> head, att = joint_path_premise(X, y, np.ones(3, int), path, al.joint_svms(X, y, select=1))
+    >>> bool(head <= 1e-9 and att <= 1e-9)
+    True
+    """
+    loss = get_loss(loss)
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    d = X.shape[-1]
+    W = np.eye(d) if W is None else np.asarray(W, float)
+    keys = X @ W.T
+    sel = np.asarray(select)
+    rp, rv = float(path.radii_p[-1]), float(path.radii_v[-1])
+    p_bar, v_bar = path.p[-1], path.v[-1]
+    v_mm = np.asarray(svms.label.v, float)
+    head = float(
+        joint_log_loss(X, y, keys, p_bar, _rotate2(v_bar, rotate), loss)
+        - joint_log_loss(X, y, keys, p_bar, rv * v_mm / np.linalg.norm(v_mm), loss)
+    )
+    S = np.asarray(svms.support, bool)
+    onehot = np.zeros((int(S.sum()), X.shape[1]))
+    onehot[np.arange(int(S.sum())), sel[S]] = 1.0
+    p_S = max_margin(token_selection(keys[S], onehot), sel[S]).theta
+    lg_bar, s_bar = joint_log_gap(X, y, keys, sel, _rotate2(p_bar, rotate), v_bar, loss)
+    lg_ray, s_ray = joint_log_gap(X, y, keys, sel, rp * p_S / np.linalg.norm(p_S), v_bar, loss)
+    attention = (
+        float(lg_bar - lg_ray) if (s_bar > 0 and s_ray > 0) else (float("-inf") if s_bar <= 0 < s_ray else float("inf"))
+    )
+    return head, attention
+
+
 def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) -> list[dict]:
     """Per data set of a stacked :class:`JointPath`, the end of the path against the SVMs (a table row).
 
@@ -356,6 +406,8 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
         )
         sel = check_selection(select, X.shape[1], X.shape[2])
         v_bound, p_bound, _, same = joint_path_bounds(X[s], y[s], sel, one, svms)
+        premise = joint_path_premise(X[s], y[s], sel, one, svms)
+        missed = np.array([joint_path_premise(X[s], y[s], sel, one, svms, rotate=a) for a in (-1.0, 1.0)])
         p_end, v_end = path.p[s, -1], path.v[s, -1]
         rows.append(
             dict(
@@ -368,6 +420,10 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
                 to_v=float(angle_degrees(v_end, svms.label.v)),
                 cls=str(classify_alignment(p_end, svms)[()]),
                 same=same,
+                premise_head=premise[0],
+                premise_attention=premise[1],
+                missed_head=float(missed[:, 0].min()),
+                missed_attention=float(missed[:, 1].min()),
             )
         )
     return rows
