@@ -535,7 +535,7 @@ def joint_smoothness_bound(joint: JointAttention, radius: float) -> float:
     >>> import numpy as np, attnlib as al
     >>> X, y = al.datasets.joint_tokens(relaxed=True)
     >>> round(joint_smoothness_bound(al.JointAttention(X, y, np.eye(2), "logistic"), 10.0), 3)
-    31.891
+    16.513
     """
     if not (np.isscalar(radius) and np.isfinite(radius) and radius > 0):
         raise ValueError(f"radius must be a positive finite number (the bound on ||v||), got {radius!r}")
@@ -564,7 +564,7 @@ def joint_gradient_flow(joint: JointAttention, p0, v0, times=None, t_max: float 
     >>> X, y = al.datasets.joint_tokens(relaxed=True)
     >>> t, p, v, _ = joint_gradient_flow(al.JointAttention(X, y, np.eye(2), "logistic"), [0, -1], [-1, 0], t_max=1e6)
     >>> p.shape, bool(np.linalg.norm(v[-1]) > np.linalg.norm(v[1]))
-    ((65, 2), True)
+    ((66, 2), True)
     """
     times = flow_grid(t_max) if times is None else np.asarray(times, float)
     if times.ndim != 1 or times.size < 2 or times[0] != 0 or np.any(np.diff(times) <= 0):
