@@ -32,16 +32,19 @@ the SVMs, the trainer and the path are in the core (``model``, ``svm``, ``optim`
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.integrate import solve_ivp
 from scipy.special import log_expit
 
 from ..datasets import JOINT_P0, JOINT_V0, random_joint_tokens
+from ..flow import flow_grid, loss_curvature_bounds
 from ..losses import get_loss
 from ..metrics import angle_degrees, offset_tolerance, one_minus_cosine
 from ..model import JointAttention, token_selection
-from ..optim import train_joint_stack
+from ..optim import train_joint_problem, train_joint_stack
 from ..paths import JointPath, direction_bound, joint_log_gap, joint_log_loss
 from ..svm import JointSVMs, balanced_direction, check_selection, joint_svms, max_margin
 
@@ -56,7 +59,12 @@ __all__ = [
     "arc_position",
     "train_joint_ratio",
     "joint_path_rows",
+    "joint_path_premise",
     "joint_path_table",
+    "offset_growth",
+    "joint_smoothness_bound",
+    "joint_gradient_flow",
+    "train_joint_below_smoothness",
 ]
 
 
@@ -120,6 +128,8 @@ class RandomJointRuns:
     other_mass: np.ndarray
     on_selection: np.ndarray
     zero_row: np.ndarray
+    steps: np.ndarray
+    v_path: np.ndarray
 
 
 def random_joint_runs(
@@ -153,7 +163,8 @@ def random_joint_runs(
     if not isinstance(records, (int, np.integer)) or records < 4:
         raise ValueError(f"records must be an integer >= 4, got {records!r}")
     rng = np.random.default_rng(seed)
-    rows = {k: [] for k in RandomJointRuns.__dataclass_fields__ if k not in ("svms", "predicted", "zero_row")}
+    whole = ("svms", "predicted", "zero_row", "steps", "v_path")
+    rows = {k: [] for k in RandomJointRuns.__dataclass_fields__ if k not in whole}
     all_svms, predicted, zero_row, problems, P, V = [], [], [], [], [], []
     for k in range(instances):
         X, y = random_joint_tokens(n=n, d=2, seed=[seed, k])
@@ -180,7 +191,14 @@ def random_joint_runs(
         rows["on_selection"].append(np.all(mass > 0.5, axis=-1))
         zero_row.append(bool(np.min((svms.keys[:, 1] - svms.keys[:, 0]) @ p_hat) < 1e-6))
     out = {key: np.concatenate(value) for key, value in rows.items()}
-    return RandomJointRuns(svms=tuple(all_svms), predicted=np.array(predicted), zero_row=np.array(zero_row), **out)
+    return RandomJointRuns(
+        svms=tuple(all_svms),
+        predicted=np.array(predicted),
+        zero_row=np.array(zero_row),
+        steps=trajs[0].steps,
+        v_path=np.concatenate([traj.v for traj in trajs], axis=1),
+        **out,
+    )
 
 
 def joint_path_bounds(X, y, select, path: JointPath, svms, W=None, loss: str = "logistic"):
@@ -326,6 +344,55 @@ def train_joint_ratio(
     ]
 
 
+def _rotate2(P, degrees: float) -> np.ndarray:
+    """2-D vectors ``P`` (..., 2) rotated by ``degrees`` (counter-clockwise)."""
+    a = np.radians(degrees)
+    return np.asarray(P, float) @ np.array([[np.cos(a), np.sin(a)], [-np.sin(a), np.cos(a)]])
+
+
+def joint_path_premise(X, y, select, path: JointPath, svms, W=None, loss: str = "logistic", rotate: float = 0.0):
+    """The premise of :func:`joint_path_bounds` at the largest radius: is the search's point no worse than the rays?
+
+    The ray bounds hold for any point ``(p̄, v̄)`` with ``L(p̄, v̄) ≤ L(p̄, R_v v̂_mm)`` (head) and
+    ``E(p̄) ≤ E(R_p p̂_S)`` at ``v̄`` (attention, ``E`` the excess :func:`joint_log_gap`), which the path's
+    search claims but does not prove (a grid search). Returns ``(head, attention)``: the two log-excesses
+    ``log L(p̄, v̄) − log L(p̄, ray)`` and ``log E(p̄) − log E(ray)`` (``≤ 0``: the premise holds; ``+inf``
+    where ``E(p̄) ≤ 0`` fails the premise's sign). ``rotate`` (degrees) turns the block being compared
+    first (``v̄`` in the head's excess, ``p̄`` in the attention's, the other block kept): the control, a
+    search that missed that block's optimum by that angle. One data set, ``path`` unstacked.
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.joint_tokens(relaxed=True)
+    >>> path = al.paths.joint_regularization_path(X, y, 1, [100.0], [1e4])
+    >>> head, att = joint_path_premise(X, y, np.ones(3, int), path, al.joint_svms(X, y, select=1))
+    >>> bool(head <= 1e-9 and att <= 1e-9)
+    True
+    """
+    loss = get_loss(loss)
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    d = X.shape[-1]
+    W = np.eye(d) if W is None else np.asarray(W, float)
+    keys = X @ W.T
+    sel = np.asarray(select)
+    rp, rv = float(path.radii_p[-1]), float(path.radii_v[-1])
+    p_bar, v_bar = path.p[-1], path.v[-1]
+    v_mm = np.asarray(svms.label.v, float)
+    head = float(
+        joint_log_loss(X, y, keys, p_bar, _rotate2(v_bar, rotate), loss)
+        - joint_log_loss(X, y, keys, p_bar, rv * v_mm / np.linalg.norm(v_mm), loss)
+    )
+    S = np.asarray(svms.support, bool)
+    onehot = np.zeros((int(S.sum()), X.shape[1]))
+    onehot[np.arange(int(S.sum())), sel[S]] = 1.0
+    p_S = max_margin(token_selection(keys[S], onehot), sel[S]).theta
+    lg_bar, s_bar = joint_log_gap(X, y, keys, sel, _rotate2(p_bar, rotate), v_bar, loss)
+    lg_ray, s_ray = joint_log_gap(X, y, keys, sel, rp * p_S / np.linalg.norm(p_S), v_bar, loss)
+    attention = (
+        float(lg_bar - lg_ray) if (s_bar > 0 and s_ray > 0) else (float("-inf") if s_bar <= 0 < s_ray else float("inf"))
+    )
+    return head, attention
+
+
 def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) -> list[dict]:
     """Per data set of a stacked :class:`JointPath`, the end of the path against the SVMs (a table row).
 
@@ -356,6 +423,8 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
         )
         sel = check_selection(select, X.shape[1], X.shape[2])
         v_bound, p_bound, _, same = joint_path_bounds(X[s], y[s], sel, one, svms)
+        premise = joint_path_premise(X[s], y[s], sel, one, svms)
+        missed = np.array([joint_path_premise(X[s], y[s], sel, one, svms, rotate=a) for a in (-1.0, 1.0)])
         p_end, v_end = path.p[s, -1], path.v[s, -1]
         rows.append(
             dict(
@@ -368,6 +437,10 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
                 to_v=float(angle_degrees(v_end, svms.label.v)),
                 cls=str(classify_alignment(p_end, svms)[()]),
                 same=same,
+                premise_head=premise[0],
+                premise_attention=premise[1],
+                missed_head=float(missed[:, 0].min()),
+                missed_attention=float(missed[:, 1].min()),
             )
         )
     return rows
@@ -390,3 +463,154 @@ def joint_path_table(tables: dict, names: dict) -> str:
                 f"| {r['to_balanced']:.3g}° | {r['cls']} |"
             )
     return "\n".join(lines)
+
+
+def offset_growth(steps, theta, direction, slack: float = 1.5, floor: float = 1e-12) -> np.ndarray:
+    """Does the offset from ``direction`` stop growing? ``‖Δo_late‖ / (slack·‖Δo_early‖)``, (*batch,).
+
+    With ``o(t) = θ(t) − ⟨θ(t), d̂⟩ d̂`` the offset orthogonal to ``d`` (``d`` (d,) or one per run,
+    (*batch, d)), ``Δo_late = o(T) − o(T/2)`` and ``Δo_early = o(T/2) − o(T/4)`` (``T`` the last
+    recorded step; the records nearest ``T/2`` and ``T/4``). If ``θ`` converges in direction to ``d``
+    with a bounded offset that settles, the offset's change over ``[T/2, T]`` is at most what it was
+    over ``[T/4, T/2]``: the ratio is at most ``1/slack``. If ``θ`` heads to a direction ``δ`` degrees
+    off ``d`` instead, its offset from ``d`` grows like ``sin δ · ‖θ‖``, and a run whose norm grows
+    linearly in ``steps`` (NGD: ``‖θ‖ ≈ ηt``) doubles the change: the ratio tends to ``2/slack``
+    (``4/3`` for the default ``slack = 1.5``, the slack of :func:`attnlib.metrics.offset_tolerance`).
+    The check is ``ratio ≤ 1``. Pass ``steps = log t`` for a norm that grows like ``log t`` (GD).
+    Unlike the final ``1 − cos`` of :func:`offset_tolerance`, the changes cancel the offset the run
+    still carries, so a reference turned toward where the run happens to be at ``T`` does not score
+    better than the limit. ``floor`` (relative to ``‖θ(T)‖``) keeps a change that vanishes to rounding
+    from dividing by zero.
+
+    >>> import numpy as np
+    >>> t = np.arange(0, 101.0)
+    >>> run = np.stack([t + 1.0, 1.0 - 1.0 / (t + 1.0)], -1)  # offset settling at 1
+    >>> bool(offset_growth(t, run, [1.0, 0.0]) <= 1), bool(offset_growth(t, run, [1.0, 0.02]) <= 1)
+    (True, False)
+    """
+    steps = np.asarray(steps, float)
+    theta = np.asarray(theta, float)
+    if steps.ndim != 1 or theta.shape[0] != steps.size or steps.size < 3:
+        raise ValueError(
+            f"steps (R,) and theta (R, ...) must have the same length >= 3, got {steps.shape}, {theta.shape}"
+        )
+    if not slack >= 1:
+        raise ValueError(f"slack must be >= 1, got {slack!r}")
+    first, T = steps[0], steps[-1]
+    quarter, half = np.searchsorted(steps, [first + (T - first) / 4, first + (T - first) / 2])
+    if not 0 <= quarter < half < steps.size - 1:
+        raise ValueError("offset_growth needs distinct records near T/4, T/2 and T")
+    unit = np.asarray(direction, float)
+    unit = unit / np.linalg.norm(unit, axis=-1, keepdims=True)
+
+    def offset(x):
+        return x - np.sum(x * unit, axis=-1, keepdims=True) * unit
+
+    late = np.linalg.norm(offset(theta[-1]) - offset(theta[half]), axis=-1)
+    early = np.linalg.norm(offset(theta[half]) - offset(theta[quarter]), axis=-1)
+    tiny = floor * np.linalg.norm(theta[-1], axis=-1)
+    return late / (slack * np.maximum(early, tiny))
+
+
+def joint_smoothness_bound(joint: JointAttention, radius: float) -> float:
+    """An upper bound ``L(r)`` on ``‖∇²L(p, v)‖₂`` over every ``p`` and every ``‖v‖ ≤ r``.
+
+    The joint loss has no global smoothness constant (its curvature in ``p`` grows with the
+    scores ``γ_it = y_i vᵀx_it``, i.e. with ``‖v‖``), so GD's step condition ``η ≤ 1/L`` is stated on
+    a ball in ``v``: the ball is convex, so the descent lemma holds for every step whose two ends lie
+    in it. Derivation, as in :func:`attnlib.flow.smoothness_bound`, with ``u_i = E_σ[γ]``:
+    ``∇_v u_i = y_i E_σ[x]`` (norm ``≤ X_i = max_t ‖x_it‖``), ``∇²_vv u_i = 0``,
+    ``∇_p u_i = Cov(γ, k)`` (``≤ Δ_i D_i/4``), ``∇²_pp u_i`` (``≤ Δ_i D_i²/4``) and
+    ``∇²_pv u_i = y_i Cov(x, k)`` (``≤ S_i D_i/4``), with ``D_i`` the keys' span, ``S_i`` the tokens'
+    span and the scores' span ``Δ_i ≤ r S_i``. Then ``‖∇²u_i‖ ≤ Δ_i D_i²/4 + S_i D_i/4`` and
+
+    .. math::
+
+        L(r) = \\frac1n \\sum_i \\Big(\\max ℓ''\\,\\big((r S_i D_i/4)^2 + X_i^2\\big)
+        + \\max|ℓ'|\\,\\big(r S_i D_i^2/4 + S_i D_i/4\\big)\\Big),
+
+    ``ℓ'`` and ``ℓ''`` bounded over the outputs' range ``|u_i| ≤ r X_i``
+    (:func:`attnlib.flow.loss_curvature_bounds`). The test compares it with a finite-difference Hessian.
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.joint_tokens(relaxed=True)
+    >>> round(joint_smoothness_bound(al.JointAttention(X, y, np.eye(2), "logistic"), 10.0), 3)
+    16.513
+    """
+    if not (np.isscalar(radius) and np.isfinite(radius) and radius > 0):
+        raise ValueError(f"radius must be a positive finite number (the bound on ||v||), got {radius!r}")
+
+    def span(Z):  # max_{t, tau} ||z_t - z_tau|| per sample
+        return np.sqrt(((Z[:, :, None, :] - Z[:, None, :, :]) ** 2).sum(-1)).max(axis=(-2, -1))
+
+    D, S = span(joint.keys), span(joint.X)
+    Xmax = np.linalg.norm(joint.X, axis=-1).max(-1)
+    d1, d2 = loss_curvature_bounds(joint.loss, -radius * Xmax, radius * Xmax)
+    per_sample = d2 * ((radius * S * D / 4) ** 2 + Xmax**2) + d1 * (radius * S * D**2 / 4 + S * D / 4)
+    return float(per_sample.mean())
+
+
+def joint_gradient_flow(joint: JointAttention, p0, v0, times=None, t_max: float = 1e15, rtol: float = 1e-10):
+    """Gradient flow of the joint loss, ``d(p, v)/dt = −∇L``, to ``t = t_max`` in the log time ``u = log(1 + t)``.
+
+    The limit ``η → 0`` of plain GD (the step condition of the theorems holds for any ``L``), integrated
+    as :func:`attnlib.flow.gradient_flow` does for ``p`` alone: ``d(p, v)/du = −(1 + t)∇L``, of order
+    one once ``∇L ~ 1/t``, with the cancellation-free scaled gradients of
+    :meth:`attnlib.JointAttention.scaled_grad` (LSODA, relative and absolute tolerance ``rtol``).
+    ``p0`` (d_k,), ``v0`` (d,): one start. Returns ``(times (R,), p (R, d_k), v (R, d), seconds)``;
+    raises RuntimeError if the solver fails (nothing half-computed is returned).
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.joint_tokens(relaxed=True)
+    >>> t, p, v, _ = joint_gradient_flow(al.JointAttention(X, y, np.eye(2), "logistic"), [0, -1], [-1, 0], t_max=1e6)
+    >>> p.shape, bool(np.linalg.norm(v[-1]) > np.linalg.norm(v[1]))
+    ((66, 2), True)
+    """
+    times = flow_grid(t_max) if times is None else np.asarray(times, float)
+    if times.ndim != 1 or times.size < 2 or times[0] != 0 or np.any(np.diff(times) <= 0):
+        raise ValueError("times must be increasing record times starting at 0 (at least two)")
+    start = np.concatenate([np.asarray(p0, float).ravel(), np.asarray(v0, float).ravel()])
+    if not np.all(np.isfinite(start)):
+        raise ValueError("p0 and v0 must be finite")
+    k = joint.keys.shape[-1]
+
+    def field(u, state):
+        (m_p, g_p), (m_v, g_v) = joint.scaled_grad(state[:k], state[k:])
+        with np.errstate(under="ignore"):
+            return -np.concatenate([np.exp(u + m_p) * g_p, np.exp(u + m_v) * g_v])
+
+    clock = time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        sol = solve_ivp(
+            field, (0.0, np.log1p(times[-1])), start, method="LSODA", t_eval=np.log1p(times), rtol=rtol, atol=rtol
+        )
+    seconds = time.perf_counter() - clock
+    if sol.status != 0 or sol.y.shape[1] != times.size or not np.all(np.isfinite(sol.y)):
+        raise RuntimeError(f"joint gradient flow failed before t = {times[-1]:g}: {sol.message}")
+    return times, sol.y[:k].T, sol.y[k:].T, seconds
+
+
+def train_joint_below_smoothness(joint: JointAttention, p0, v0, steps: int, radius: float, record_steps=None):
+    """Plain GD on ``(p, v)`` at ``η = 1/L(r)`` (:func:`joint_smoothness_bound`), certified on its ball.
+
+    The step is below ``1/L`` only while ``‖v‖ ≤ r``; if the run leaves that ball the radius is
+    doubled past the largest ``‖v‖`` reached and the run repeated (a smaller step), so the returned
+    run never leaves the ball its step was computed on. Returns ``(trajectory, r, η)``.
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.joint_tokens(relaxed=True)
+    >>> joint = al.JointAttention(X, y, np.eye(2), "logistic")
+    >>> traj, r, lr = train_joint_below_smoothness(joint, [0, -1], [-1, 0], 50, 5.0)
+    >>> bool(np.linalg.norm(traj.v, axis=-1).max() <= r), traj.method
+    (True, 'gd')
+    """
+    if not (np.isscalar(radius) and np.isfinite(radius) and radius > 0):
+        raise ValueError(f"radius must be a positive finite number (the bound on ||v||), got {radius!r}")
+    for _ in range(20):
+        lr = 1.0 / joint_smoothness_bound(joint, radius)
+        traj = train_joint_problem(joint, p0, v0, steps, method="gd", lr=lr, record_steps=record_steps)
+        reached = float(np.linalg.norm(traj.v, axis=-1).max())
+        if reached <= radius:
+            return traj, radius, lr
+        radius = 2.0 * reached
+    raise RuntimeError("train_joint_below_smoothness: the run kept leaving the ball of its step after 20 doublings")

@@ -133,7 +133,7 @@ def loss_angles(axes, trajectories: dict, svms, head_reference, colors=None):
     for ax, title in zip(axes, ("attention $p$", "head $v$")):
         ax.set(yscale="log", ylim=(1e-3, 200), xlabel="iteration", ylabel="angle (degrees)", title=title)
         ax.minorticks_off()
-        ax.legend(fontsize=8)
+        ax.legend()
     return axes
 
 
@@ -170,13 +170,13 @@ def joint_run_figure(traj, svms, predicted, title: str, figsize=(9.5, 3.8)):
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=figsize)
     joint_paths(ax, traj, svms, predicted=predicted, arrow_every=max(1, len(traj.steps) // 8), plain_text=True)
-    ax.legend(fontsize=7, loc="center right")
-    ax.set_title(title, fontsize=10)
+    ax.legend(loc="center right")
+    ax.set_title(title)
     joint_angles(ax2, traj.steps, traj.p[:, 0], svms, predicted=predicted, ylim=(1e-3, 200.0), plain_text=True)
     ax2.set_yticks([1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0], ["0.001", "0.01", "0.1", "1", "10", "100"])
     ax2.minorticks_off()
     ax2.set_ylabel("angle of p (degrees)")
-    ax2.legend(fontsize=7, loc="lower left")
+    ax2.legend(loc="lower left")
     fig.subplots_adjust(wspace=0.3)
     return fig
 

@@ -125,3 +125,84 @@ def test_joint_path_rows_and_table_read_the_path_against_the_svms():
     table = al.experiments.joint_training.joint_path_table({("paper", 2.0): rows}, {"paper": ["tight", "relaxed"]})
     lines = table.splitlines()
     assert len(lines) == 4 and lines[2].startswith("| tight | 2 |") and lines[3].endswith("| relaxed |")
+
+
+def test_offset_growth_passes_a_settling_offset_and_fails_a_turned_reference():
+    ex = al.experiments.joint_training
+    t = np.arange(0, 201.0)
+    run = np.stack([t + 1.0, 2.0 - 1.0 / (t + 1.0)], -1)  # NGD-like: norm ~ t, offset settling at 2
+    assert ex.offset_growth(t, run, [1.0, 0.0]) <= 1
+    for degrees in (0.5, -0.5, 5.0):
+        turned = al.metrics.rotate_toward([1.0, 0.0], [0.0, 1.0], degrees)
+        assert ex.offset_growth(t, run, turned) == pytest.approx(2 / 1.5, rel=0.05)
+    # one reference per run, (B, d): the same as one at a time
+    runs = np.stack([run, run[:, ::-1]], 1)
+    refs = np.array([[1.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_allclose(ex.offset_growth(t, runs, refs), [ex.offset_growth(t, run, refs[0])] * 2)
+    with pytest.raises(ValueError, match="slack"):
+        ex.offset_growth(t, run, [1.0, 0.0], slack=0.5)
+    with pytest.raises(ValueError, match="same length"):
+        ex.offset_growth(t[:-1], run, [1.0, 0.0])
+
+
+def _joint_hessian(joint, p, v, h=1e-5):
+    """Central finite differences of the joint gradient: the Hessian in (p, v), (4, 4)."""
+    z = np.concatenate([p, v])
+    k = len(p)
+
+    def grad(z):
+        gp, gv = joint.grad(z[:k], z[k:])
+        return np.concatenate([gp, gv])
+
+    H = np.stack([(grad(z + h * e) - grad(z - h * e)) / (2 * h) for e in np.eye(len(z))])
+    return (H + H.T) / 2
+
+
+def test_joint_smoothness_bound_is_above_the_hessian_on_its_ball():
+    ex = al.experiments.joint_training
+    rng = np.random.default_rng(0)
+    for X, y in [al.datasets.joint_tokens(relaxed=True), al.datasets.random_joint_tokens(n=5, d=2, seed=[1, 0])]:
+        joint = al.JointAttention(X, y, np.eye(2), "logistic")
+        for radius in (1.0, 10.0):
+            bound = ex.joint_smoothness_bound(joint, radius)
+            worst = 0.0
+            for _ in range(200):
+                p = rng.normal(size=2) * rng.uniform(0, 6)
+                v = rng.normal(size=2)
+                v *= radius * rng.uniform(0, 1) / np.linalg.norm(v)
+                worst = max(worst, np.abs(np.linalg.eigvalsh(_joint_hessian(joint, p, v))).max())
+            assert 0 < worst <= bound
+    with pytest.raises(ValueError, match="radius"):
+        ex.joint_smoothness_bound(joint, 0.0)
+
+
+def test_joint_gradient_flow_is_the_limit_of_small_gd_steps_and_gd_below_1_over_L_stays_in_its_ball():
+    ex = al.experiments.joint_training
+    X, y = al.datasets.joint_tokens(relaxed=True)
+    joint = al.JointAttention(X, y, np.eye(2), "logistic")
+    gd = al.optim.train_joint_problem(joint, [0.0, -1.0], [-1.0, 0.0], 2000, method="gd", lr=1e-3, record_every=500)
+    t, p, v, _ = ex.joint_gradient_flow(joint, [0.0, -1.0], [-1.0, 0.0], times=gd.steps * 1e-3)
+    np.testing.assert_allclose(p, gd.p[:, 0], atol=2e-3)
+    np.testing.assert_allclose(v, gd.v[:, 0], atol=2e-3)
+    traj, radius, lr = ex.train_joint_below_smoothness(joint, [0.0, -1.0], [-1.0, 0.0], 200, 0.5)
+    assert radius > 0.5  # the start has ||v|| = 1: the ball was enlarged
+    assert np.linalg.norm(traj.v, axis=-1).max() <= radius
+    assert lr == pytest.approx(1 / ex.joint_smoothness_bound(joint, radius))
+    assert np.all(np.diff(traj.loss[:, 0]) <= 1e-15)  # below 1/L on its ball: GD descends
+    with pytest.raises(ValueError, match="times"):
+        ex.joint_gradient_flow(joint, [0.0, -1.0], [-1.0, 0.0], times=[1.0, 2.0])
+
+
+def test_random_joint_runs_records_the_heads_for_offset_growth():
+    runs = al.experiments.joint_training.random_joint_runs(seed=3, instances=2, n=5, inits=2, steps=400)
+    assert runs.v_path.shape == (len(runs.steps), 4, 2)
+    np.testing.assert_allclose(
+        runs.v_path[-1, 2],
+        al.train_joint(
+            *al.datasets.random_joint_tokens(n=5, d=2, seed=[3, 1]),
+            al.datasets.JOINT_P0,
+            al.datasets.JOINT_V0,
+            steps=400,
+        ).v[-1, 0],
+        rtol=1e-12,
+    )
