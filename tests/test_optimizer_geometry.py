@@ -128,7 +128,9 @@ def test_chapter_checks_pass_and_controls_fail_on_a_small_run():
         runs.append(og.run_optimizers(inst, rules, 1500, [1.5, "l2", "linf", "spectral"]))
     mirror = og.margin_check(runs, "MD p=1.5", 1.5)
     assert mirror.admitted > 0 and mirror.value <= og.MIDPOINT < mirror.control
-    sign = og.margin_check(runs, "sign", "linf")
+    for r in runs:  # H1's run: sign descent at the smaller step, same length eta t
+        og.add_runs(r, {"sign small": (optim.SignDescent(), 0.1 / og.SIGN_STEP_FACTOR)}, 1500 * og.SIGN_STEP_FACTOR)
+    sign = og.margin_check(runs, "sign small", "linf")
     assert sign.value <= og.MIDPOINT < sign.control
     # the wrong optimizer fails the same check: NGD measured as if it were sign descent
     assert og.margin_check(runs, "NGD", "linf").value > og.MIDPOINT
@@ -155,3 +157,26 @@ def test_path_explorer_draws_every_choice_with_its_norms_svm():
     assert len(explorer._cache) == 3
     explorer.draw("mirror descent", p=3.0, steps=20)  # another exponent: another path and SVM
     assert len(explorer._cache) == 4 and 3.0 in explorer._svms
+
+
+def test_random_problems_start_at_their_l2_svm_and_added_runs_share_the_starts():
+    inst = og.instances(seed=3, w_count=2)["random"]
+    svms = og.solve_svms(inst, ["l2"])
+    starts = og.problem_starts(inst, svms)
+    assert starts.shape == (2, 1, 5, 5)
+    for s, prob in enumerate(inst.problems):  # every optimal token ahead by exactly one logit at the start
+        assert og.margin_ratio(prob, starts[s], svms["l2"][s], "l2") == pytest.approx(1.0, abs=1e-7)
+    runs = og.run_optimizers(inst, {"NGD": ("ngd", 0.1)}, 20, ["l2"], svms=svms)
+    og.add_runs(runs, {"sign": (optim.SignDescent(), 0.05)}, 40)
+    assert np.allclose(runs.trajectories["sign"].theta[0], runs.trajectories["NGD"].theta[0])
+    assert runs.trajectories["sign"].steps[-1] == 40
+
+
+def test_plain_horizon_extrapolates_a_logarithmic_growth():
+    inst = og.instances(seed=0)["single"]
+    svms = og.solve_svms(inst, [1.5, "l2"])
+    runs = og.run_optimizers(inst, {"plain": (optim.MirrorDescent(p=1.5), 1.0)}, 1000, [1.5, "l2"], svms=svms)
+    h = og.plain_horizon(runs, "plain", 1.5)
+    # far from the midpoint at this horizon, the norm still growing, so the horizon needed is far beyond
+    assert h.value > og.MIDPOINT and h.growth > 0 and h.norm > 0
+    assert h.log10_steps > 6 and np.isfinite(h.product_early) and np.isfinite(h.product_late)

@@ -183,7 +183,6 @@ def polyak_failure(axes, polyak, ngd, stop_at: int, floor_gap: float, labels, re
             xytext=(25, -55),
             textcoords="offset points",
             arrowprops=dict(arrowstyle="->"),
-            fontsize=8,
         )
     axes[0].legend(loc="lower right")
     axes[1].legend(loc="upper right")
@@ -215,6 +214,6 @@ def rates_overview(comparison, members, labels, ngd_lr: float, wmm: float, upto=
         axes[1].plot(t, ngd_lr * t / wmm / np.log(10), "k:", lw=1, label=r"$\eta t/(\|W^{mm}\| \ln 10)$ (NGD)")
     axes[0].set(xlabel="iteration $t$", ylabel="direction error", ylim=(1e-4, 2))
     axes[1].set(xlabel="iteration $t$", ylabel=r"$-\log_{10}\max_i(1-\sigma_{i,\mathrm{opt}})$", ylim=(0.03, 2e3))
-    axes[0].legend(loc="lower left", fontsize=7)
-    axes[1].legend(loc="upper left", fontsize=7)
+    axes[0].legend(loc="lower left")
+    axes[1].legend(loc="upper left")
     return fig

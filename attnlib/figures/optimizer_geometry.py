@@ -54,7 +54,7 @@ def paths_against_norms(runs: Runs, labels, upto: int | None = None, lim=(-6.0, 
         ax.set(xlim=lim, ylim=lim, xlabel="$p_1$", title=label)
         ax.set_aspect("equal")
     np.atleast_1d(axes)[0].set_ylabel("$p_2$")
-    np.atleast_1d(axes)[-1].legend(loc="lower left", fontsize=7)
+    np.atleast_1d(axes)[-1].legend(loc="lower left")
     fig.tight_layout()
     return fig
 
@@ -123,6 +123,6 @@ class PathExplorer:
         ax.plot(xy[:, 0], xy[:, 1], color="k", lw=1.3, label=choice.replace("ℓ", "l"))
         ax.plot(*xy[0], "ko", ms=4)
         ax.set(xlim=self.lim, ylim=self.lim, xlabel="p1", ylabel="p2")
-        ax.set_title(f"{choice} (p = {p:g})" if rule.name == "mirror" else choice, fontsize=9)
-        ax.legend(loc="lower left", fontsize=7)
+        ax.set_title(f"{choice} (p = {p:g})" if rule.name == "mirror" else choice)
+        ax.legend(loc="lower left")
         return self.fig
