@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+KERNEL_CONFIG := $(VENV)/etc/ipython/ipython_kernel_config.py
 NODE_STAMP := node_modules/.installed
 CHROMIUM ?= /usr/bin/chromium
 JOBS ?= 2
@@ -11,7 +12,7 @@ PYTEST_ARGS ?=
 
 .PHONY: setup assets browser lint format book pdf test bench robustness lock clean lab
 
-setup: $(STAMP)
+setup: $(STAMP) $(KERNEL_CONFIG)
 
 # Reinstall only when the requirements, the lock or the project metadata changed.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -19,6 +20,11 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
+
+# The venv's IPython kernels keep raw papermill's "TCP without encryption" warning out of their log
+# (book/kernel/ipython_kernel_config.py says why; attnlib's own runs encrypt instead).
+$(KERNEL_CONFIG): book/kernel/ipython_kernel_config.py $(STAMP)
+	install -D -m 644 $< $@
 
 # Browser assets the site serves itself (MathJax, require.js, the widget manager), pinned in
 # package-lock.json. `npm ci` only when the lock changed.

@@ -102,9 +102,9 @@ def batching_figure(core):
             axes[1].semilogx(B, [r["flop_fraction"] for r in sub], style, label=f"BLAS threads {threads}")
         axes[0].axhline(sub[0]["loop_us_per_trajectory_step"], color=axes[0].lines[-1].get_color(), lw=0.6, alpha=0.6)
     axes[0].set(xlabel="batch size B", ylabel="µs per trajectory-step", title="(a) NGD, n=6, T=8, d=10")
-    axes[0].legend(fontsize=7)
+    axes[0].legend()
     axes[1].set(xlabel="batch size B", ylabel="fraction of the flop limit", title="(b) generic path", ylim=(0, None))
-    axes[1].legend(fontsize=8)
+    axes[1].legend()
     fig.tight_layout()
     return fig
 
@@ -147,7 +147,7 @@ def scaling_figure(core):
                 ax.loglog([r["value"] for r in sub], [r["us_per_trajectory_step"] for r in sub], style, label=label)
         ax.set(xlabel=var, title=f"cost against {var}")
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.legend(fontsize=7)
+        ax.legend()
     axes[0].set_ylabel(f"µs per trajectory-step (B = {sc['B']})")
     st = sc["steps"]
     axes[3].loglog(
@@ -157,7 +157,7 @@ def scaling_figure(core):
         label=f"exponent {st['exponent']:.2f}",
     )
     axes[3].set(xlabel="steps", ylabel="seconds", title="total time against steps")
-    axes[3].legend(fontsize=7)
+    axes[3].legend()
     fig.tight_layout()
     return fig
 
@@ -185,7 +185,7 @@ def svm_figure(core):
                 a = sv["exponents"].get(f"{col} vs {axis}", float("nan"))
                 ax.loglog([r[axis] for r in sub], [r[col] for r in sub], style, label=f"{label}: exponent {a:.2f}")
         ax.set(xlabel="n·T (d = 12)" if axis == "nT" else "d (n = 6, T = 8)", ylabel="ms per solve")
-        ax.legend(fontsize=7)
+        ax.legend()
     fig.tight_layout()
     return fig
 
@@ -242,7 +242,7 @@ def local_converge_figure(core):
         left += value
     ax.barh(["two processes (W | K, Q)"], [two["seconds"]], color="0.5", label="two halves at once")
     ax.set(xlabel="seconds", title="attnlib, inside one Python process (imports not included)")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(ncol=3)
     fig.tight_layout()
     w, kq = lc["results"]["W"], lc["results"]["KQ"]
     seeds = lc["setting"]["seeds"]
@@ -376,7 +376,7 @@ def book_times_figure(summaries: list[dict], profile):
                 left += vals
         axes[1].invert_yaxis()
         axes[1].set(xlabel="seconds", title=f"(b) profile of {profile['measured_utc']} UTC")
-        axes[1].legend(fontsize=7)
+        axes[1].legend()
         note += (
             f" Profile run: a Jupyter kernel takes {profile['kernel_start_s']:.1f} s to start (not included in (b)); "
             f"load average {profile['load_average_before'][0]:.1f} before and "
@@ -429,7 +429,7 @@ def live_batching_figure(rows: list[dict]):
     axes[0].loglog(B, per_traj["rank_one"], "s--", label="rank-one factors (X, Z)")
     axes[0].loglog(B, per_traj["matmul"], "k:", label="the two matrix products alone")
     axes[0].set(xlabel="batch size B", ylabel="µs per trajectory-step", title="(a) cost per trajectory-step")
-    axes[0].legend(fontsize=8)
+    axes[0].legend()
     axes[1].semilogx(B, per_traj["matmul"] / per_traj["generic"], "o-")
     axes[1].set(xlabel="batch size B", ylabel="matrix-product time / step time", title="(b) fraction of the flop limit")
     axes[1].set_ylim(0, None)

@@ -116,7 +116,6 @@ def tokens(ax, prob: TokenSelectionProblem, select=None, annotate_scores: bool =
                     keys[i, t],
                     textcoords="offset points",
                     xytext=(6, 6),
-                    fontsize=8,
                     color=c,
                 )
     return ax
@@ -201,7 +200,7 @@ def basin_image(ax, kind, extent, legend: bool = True, undecided_size: float = 6
             Patch(color=BASIN_COLORS["local"], label="→ local p_mm(α)"),
             Patch(color=BASIN_COLORS["undecided"], label=f"undecided ({jj.size})"),
         ]
-        ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+        ax.legend(handles=handles, loc="upper right", framealpha=0.9)
     return ax
 
 

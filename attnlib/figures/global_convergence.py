@@ -156,7 +156,7 @@ def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, thet
     ax.plot(*theta[0, :2], "o", color="tab:orange", ms=7, zorder=7, label="p(0)")
     ax.set(xlim=(-reach / 2, reach), ylim=(-reach / 2, reach / 2), xlabel="p₁", ylabel="p₂")
     ax.set_aspect("equal")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="lower right")
     later = steps > 0
     axes[1].loglog(steps[later], one_minus_cosine(theta[later], theta_mm), "k")
     axes[1].set(xlabel="iteration t", ylabel="1 − cos(p(t), p_mm*)")  # plain text: TeX costs a parse per picture
@@ -165,7 +165,7 @@ def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, thet
         axis.set_minor_locator(NullLocator())  # log-axis minor ticks are most of the rendering time
         axis.set_major_formatter(LogFormatter())  # plain-text labels: parsing TeX ones costs more
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title)
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.15, top=0.85, wspace=0.3)  # no tight_layout: one draw
     return fig
 
@@ -229,7 +229,7 @@ def ngd_and_gd_overview(prob: TokenSelectionProblem, theta_mm, ngd, gd, starts, 
     ax.set(xlim=(-2, 6), ylim=(-2, 4), xlabel="$p_1$ (key coordinate 1)", ylabel="$p_2$ (key coordinate 2)")
     ax.set_title("(a) paths, SVM direction and margins\n(one colour per input)")
     ax.set_aspect("equal")
-    ax.legend(loc="upper right", fontsize=7)
+    ax.legend(loc="upper right")
     rows = slice(0, shown + 1)
     runs = [(ngd, COLORS["global"], rf"NGD, $\eta = {ngd_lr:g}$"), (gd, COLORS["local"], rf"GD, $\eta = {gd_lr:g}$")]
     for run, color, label in runs:
@@ -272,7 +272,7 @@ def input_gaps_by_angle(ax, prob: TokenSelectionProblem, theta_mm, step_degrees:
     ax.axhline(1 / M, color="0.3", ls=":", label=rf"SVM margin $1/\|p^{{\mathrm{{mm}}\star}}\| = {1 / M:.3f}$")
     ax.set(xlim=(-90, 90), ylim=(-1.5, 2.2), xlabel=r"angle of the unit direction $\hat p$ in the key plane (degrees)")
     ax.set_ylabel(r"gap $\min_{t \neq opt}\, \langle \hat p, k_{opt} - k_t \rangle$")
-    ax.legend(loc="lower center", fontsize=7)
+    ax.legend(loc="lower center")
     return float(phi[np.argmax(margin)])
 
 
@@ -341,7 +341,7 @@ def random_start_runs(theta, steps, long_steps, long_theta, theta_mm, adversaria
     axes[0].set(xlabel="$p_1$", ylabel="$p_2$", title=f"(a) {theta.shape[1]} NGD paths, {steps} steps")
     axes[0].legend(loc="upper left")
     axes[1].axvline(steps, color="k", lw=0.8, ls=":")
-    axes[1].annotate(" the figures' horizon", (steps, 2e-6), fontsize=8)
+    axes[1].annotate(" the figures' horizon", (steps, 2e-6))
     axes[1].set(xlabel="iteration $t$", ylabel=r"$1 - \cos(p(t), p^{\mathrm{mm}\star})$", ylim=(1e-7, 3))
     axes[1].set_title(f"(b) direction error of every run, continued to {int(long_steps[-1])} steps")
     fig.tight_layout()
@@ -477,7 +477,7 @@ def trap_panels(axes, prob: TokenSelectionProblem, flow, theta_mm, grid, trapped
     axes[2].plot(0, 0, "ko", label="$p(0) = 0$")
     axes[2].set(xlabel="$p_1(0)$", ylabel="$p_2(0)$", title=f"(c) trapped starts (red): {trapped.mean():.0%}")
     for ax in axes:
-        ax.legend(loc="best", fontsize=7)
+        ax.legend(loc="best")
     return axes
 
 

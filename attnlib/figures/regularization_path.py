@@ -157,7 +157,7 @@ def margin_deficits_and_spectra(mat, figsize=(10, 4)):
     radii = mat.w.radii
     margin_deficit(ax1, radii, mat.rho_w, mat.lo_fro, mat.nuc_in_fro, fro, "W path, Frobenius")
     margin_deficit(ax1, radii, mat.rho_kq, mat.lo_nuc, mat.fro_in_nuc, nuc, "KQ path, nuclear")
-    ax1.legend(fontsize=7)
+    ax1.legend()
     spectra = {
         "Frobenius W-SVM": (mat.fro, fro, "o"),
         f"W path, R={radii[-1]:g}": (mat.w.theta[-1], fro, "x"),
@@ -165,5 +165,5 @@ def margin_deficits_and_spectra(mat, figsize=(10, 4)):
         f"KQ path, R={radii[-1]:g}": (mat.kq.theta[-1], nuc, "+"),
     }
     singular_value_spectra(ax2, spectra, threshold=1e-6)
-    ax2.legend(fontsize=8)
+    ax2.legend()
     return fig
