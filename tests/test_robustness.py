@@ -125,3 +125,19 @@ def test_a_table_is_stale_once_its_chapter_code_changes(tmp_path):
     notebook["cells"].append({"cell_type": "markdown", "metadata": {}, "source": ["prose only"]})
     (root / "notebooks" / "seeded.ipynb").write_text(json.dumps(notebook))
     assert robustness.stale_chapters(root, record, ["seeded"]) == [], "prose does not make a table stale"
+
+
+def test_a_table_holds_only_the_rows_of_the_run_that_made_it(tmp_path):
+    """A changed chapter rerun on the same seeds: the sweep keeps the earlier points, the table does not."""
+    root = _seeded_root(tmp_path)
+    robustness.run_robustness([3, 6], chapters=["seeded"], jobs=2, root=root, progress=False)
+    notebook = json.loads((root / "notebooks" / "seeded.ipynb").read_text())
+    notebook["cells"].append({"cell_type": "code", "metadata": {}, "source": ["changed = True\n"], "outputs": [],
+                              "execution_count": None})  # fmt: skip
+    (root / "notebooks" / "seeded.ipynb").write_text(json.dumps(notebook))
+    robustness.run_robustness([3, 6], chapters=["seeded"], jobs=2, root=root, progress=False)
+    rows = robustness.read_table(root / "book/robustness/seeded.csv")
+    keys = [(r["seed"], r["check"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a seed's checks appear twice"
+    digest = json.loads((root / "book/robustness/sweep.json").read_text())["chapters"]["seeded"]["numerics_digest"]
+    assert digest == robustness.source_digest(root, "seeded")

@@ -346,7 +346,10 @@ def run_robustness(
             scheduler=scheduler,
             progress=progress,
         )
-        record = collect_chapter(chapter, result.rows, result.csv_path.parent, root, table_dir)
+        # The table describes this run only: rows of earlier grids in the sweep's folder (another
+        # version of the chapter, the same seeds) stay in the sweep's own results, not in the table.
+        current = result.rows[: len(result.rows) - result.kept]
+        record = collect_chapter(chapter, current, result.csv_path.parent, root, table_dir)
         record["chapters"][chapter].update(
             backend=backend if scheduler is None else f"dask ({scheduler})",
             jobs=jobs,
@@ -371,6 +374,11 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _executed_digest(sweep_dir: Path, point: dict) -> str | None:
+    executed = sweep_dir / "points" / f"{point['point']}.ipynb"
+    return numerics_digest(json.loads(executed.read_text(encoding="utf-8"))) if executed.exists() else None
+
+
 def _collect_only(args) -> int:
     root, seeds = PROJECT_ROOT, set(_parse_seeds(args.seeds))
     table_dir = root / TABLE_DIR if args.out is None else Path(args.out)
@@ -379,9 +387,19 @@ def _collect_only(args) -> int:
         sweep_dir = root / "_build" / "robustness" / chapter
         if not (sweep_dir / "results.json").exists():
             raise UsageError(f"no sweep of {chapter} in {sweep_dir}: run it first (without --collect)")
-        points = [p for p in json.loads((sweep_dir / "results.json").read_text())["rows"] if p["seed"] in seeds]
-        if {p["seed"] for p in points} != seeds or any(p["status"] == "pending" for p in points):
-            raise UsageError(f"the sweep of {chapter} has not run every seed of {args.seeds}")
+        # One point per seed, the latest that ran the chapter's current code: the folder also keeps the
+        # points of earlier versions of the notebook.
+        digest, latest = source_digest(root, chapter), {}
+        for p in json.loads((sweep_dir / "results.json").read_text())["rows"]:
+            executed = sweep_dir / "points" / f"{p['point']}.ipynb"
+            if p["seed"] in seeds and _executed_digest(sweep_dir, p) == digest:
+                if p["seed"] not in latest or executed.stat().st_mtime > latest[p["seed"]][0]:
+                    latest[p["seed"]] = (executed.stat().st_mtime, p)
+        points = [latest[seed][1] for seed in sorted(latest)]
+        if sorted(p["seed"] for p in points) != sorted(seeds) or any(p["status"] == "pending" for p in points):
+            raise UsageError(
+                f"the sweep of {chapter} has not run every seed of {args.seeds} once with the current code"
+            )
         entry = collect_chapter(chapter, points, sweep_dir, root, table_dir)["chapters"][chapter]
         _log(f"[robustness] {chapter}: collected, ok on {entry['ok']} of {entry['seeds']} seeds")
     return 0
