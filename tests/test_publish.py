@@ -257,6 +257,7 @@ def built_pdf(built_site):
 def _normal(text: str) -> str:
     # NFKC: the PDF's text has the font's ligatures ("ﬁ" in "fixed"), the titles the letters.
     text = unicodedata.normalize("NFKC", text)
+    text = re.sub(r"(?<=\w)-\n(?=\w)", "-", text)  # a hyphenated word the page broke at its hyphen
     return " ".join(text.replace("\u2019", "'").replace("\u2018", "'").split())
 
 
