@@ -331,6 +331,24 @@ class MatrixPaths:
     excess_kq: np.ndarray
 
 
+def _matrix_paths_against(prob, r, fro, nuc, w, kq) -> MatrixPaths:
+    """The two paths ``w`` and ``kq`` at radii ``r`` measured against the Frobenius and nuclear SVMs."""
+    return MatrixPaths(
+        fro=fro,
+        nuc=nuc,
+        w=w,
+        kq=kq,
+        rho_w=margin_ratio(prob, w.theta, fro, "fro"),
+        rho_kq=margin_ratio(prob, kq.theta, nuc, "nuc"),
+        lo_fro=ray_margin_bound(prob, fro, r, "fro"),
+        lo_nuc=ray_margin_bound(prob, nuc, r, "nuc"),
+        nuc_in_fro=float(margin_ratio(prob, nuc, fro, "fro")),
+        fro_in_nuc=float(margin_ratio(prob, fro, nuc, "nuc")),
+        excess_w=ray_gap_excess(prob, w, fro, "fro"),
+        excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
+    )
+
+
 def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2, n_starts_kq: int = 1, **solver):
     """Solve the two SVMs and the ``W`` and ``(K, Q)`` paths of a matrix-parameter problem: a :class:`MatrixPaths`.
 
@@ -367,20 +385,7 @@ def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2
         nuc = nsol.theta
     w = regularization_path(prob, r, n_starts=n_starts_w, seed=seed, **solver)
     kq = regularization_path(prob, r, n_starts=n_starts_kq, seed=seed, parametrization="kq", guide=w.theta, **solver)
-    return MatrixPaths(
-        fro=fro,
-        nuc=nuc,
-        w=w,
-        kq=kq,
-        rho_w=margin_ratio(prob, w.theta, fro, "fro"),
-        rho_kq=margin_ratio(prob, kq.theta, nuc, "nuc"),
-        lo_fro=ray_margin_bound(prob, fro, r, "fro"),
-        lo_nuc=ray_margin_bound(prob, nuc, r, "nuc"),
-        nuc_in_fro=float(margin_ratio(prob, nuc, fro, "fro")),
-        fro_in_nuc=float(margin_ratio(prob, fro, nuc, "nuc")),
-        excess_w=ray_gap_excess(prob, w, fro, "fro"),
-        excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
-    )
+    return _matrix_paths_against(prob, r, fro, nuc, w, kq)
 
 
 # -- chapter 2's checks that can fail (issue 22) ------------------------------------------------
@@ -631,17 +636,4 @@ def matrix_paths_from_rays(prob, radii, seed=0, n_starts_w: int = 2, n_starts_kq
     ray_nuc = r[:, None, None] * nuc / parameter_norm(nuc, "nuc", 2)
     guide = np.where((prob.log_gap(on_nuclear) <= prob.log_gap(ray_nuc))[:, None, None], w.theta, ray_nuc)
     kq = regularization_path(prob, r, n_starts=n_starts_kq, seed=seed, parametrization="kq", guide=guide, **solver)
-    return MatrixPaths(
-        fro=fro,
-        nuc=nuc,
-        w=w,
-        kq=kq,
-        rho_w=margin_ratio(prob, w.theta, fro, "fro"),
-        rho_kq=margin_ratio(prob, kq.theta, nuc, "nuc"),
-        lo_fro=ray_margin_bound(prob, fro, r, "fro"),
-        lo_nuc=ray_margin_bound(prob, nuc, r, "nuc"),
-        nuc_in_fro=float(margin_ratio(prob, nuc, fro, "fro")),
-        fro_in_nuc=float(margin_ratio(prob, fro, nuc, "nuc")),
-        excess_w=ray_gap_excess(prob, w, fro, "fro"),
-        excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
-    )
+    return _matrix_paths_against(prob, r, fro, nuc, w, kq)
