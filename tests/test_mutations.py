@@ -94,6 +94,23 @@ def test_every_mutant_of_the_matrix_exists_and_every_chapter_is_found():
         assert chapter_notebook(chapter).exists()
 
 
+def test_every_mutant_still_reaches_the_library():
+    """Each mutant plants into today's attnlib (a renamed function made one plant nothing, silently, for a
+    round): one process imports attnlib once per mutant and applies it."""
+    code = (
+        "import sys, attnlib\n"
+        "from attnlib.book import mutants\n"
+        "count = mutants.apply(sys.argv[1])\n"
+        "assert count > 0, count\n"
+    )
+    for mutant in MUTANTS:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("ATTNLIB_MUTANT", None)
+        proc = subprocess.run([sys.executable, "-c", code, mutant], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{mutant}: {proc.stderr[-500:]}"
+        assert "MUTANT PLANTED" in proc.stderr, mutant
+
+
 def test_an_unknown_mutant_is_refused_with_the_allowed_names():
     env = {**os.environ, "ATTNLIB_MUTANT": "no_such_error", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", "import attnlib"], env=env, capture_output=True, text=True)
