@@ -7,7 +7,7 @@ import numpy as np
 
 from ..experiments.optimizer_geometry import Runs, norm_label
 from ..optim import MirrorDescent, step_rule, train
-from ..svm import max_margin_norm
+from ..svm import check_norm, max_margin_norm
 from .common import basin_maps_panels, direction, tokens
 
 __all__ = ["NORM_STYLES", "OPTIMIZER_COLORS", "svm_directions", "paths_against_norms", "basin_panels", "PathExplorer"]
@@ -73,14 +73,16 @@ class PathExplorer:
 
     ``choices`` ``{label: (rule or None for mirror descent, norm)}``; :meth:`draw` trains (or reuses
     a precomputed path) and returns the figure. One figure is reused (its artists redrawn).
+    ``svms`` ``{norm: MaxMarginSolution}``: SVMs of ``prob`` already solved (e.g. the page's), used
+    instead of solving them again; any other norm is solved on first use.
     """
 
-    def __init__(self, prob, choices: dict, lim=(-6.0, 6.0)):
+    def __init__(self, prob, choices: dict, lim=(-6.0, 6.0), svms=None):
         self.prob, self.choices, self.lim = prob, dict(choices), lim
         self.fig, self.ax = plt.subplots(figsize=(5.2, 4.6))
         plt.close(self.fig)
         self._cache = {}
-        self._svms = {}
+        self._svms = {check_norm(norm): sol for norm, sol in (svms or {}).items()}
 
     def _rule_and_norm(self, choice: str, p: float):
         rule, norm = self.choices[choice]
@@ -99,6 +101,7 @@ class PathExplorer:
         return self._cache[key]
 
     def svm(self, norm):
+        norm = check_norm(norm)
         if norm not in self._svms:
             self._svms[norm] = max_margin_norm(self.prob, norm)
         return self._svms[norm]
