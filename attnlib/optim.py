@@ -421,6 +421,10 @@ class _Loop:
 
     def stop_unusable(self, finite: np.ndarray, g_norm: np.ndarray, log_scale: np.ndarray) -> None:
         """Stop where a value is not finite, then where the gradient ``exp(log_scale)·g`` is exactly 0."""
+        # The common case, every member usable, in one pass (this runs at every step of every trainer);
+        # ``log_scale > -inf`` is False on NaN and on -inf, as the two tests below require.
+        if (finite & np.isfinite(g_norm) & (g_norm != 0) & (log_scale > -np.inf)).all():
+            return
         bad = self.active & ~(finite & np.isfinite(g_norm) & ~np.isnan(log_scale))
         zero = self.active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
         self.stop(bad, "non-finite value")

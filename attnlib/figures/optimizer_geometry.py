@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..experiments.optimizer_geometry import Runs, norm_label
-from ..optim import MirrorDescent, step_rule, train
+from ..optim import MirrorDescent, RuleBlocks, step_rule, train
 from ..svm import check_norm, max_margin_norm
 from .common import basin_maps_panels, direction, tokens
 
@@ -90,15 +90,33 @@ class PathExplorer:
             return MirrorDescent(p=float(p), normalized=True), float(p)
         return step_rule(rule), norm
 
+    @staticmethod
+    def _key(choice: str, p: float, start, steps: int, lr: float) -> tuple:
+        return (choice, float(p), tuple(np.round(start, 12)), int(steps), float(lr))
+
     def path(self, choice: str, p: float, start, steps: int, lr: float) -> np.ndarray:
         """(R, 2) the first two coordinates of the path (cached)."""
-        key = (choice, float(p), tuple(np.round(start, 12)), int(steps), float(lr))
+        key = self._key(choice, p, start, steps, lr)
         if key not in self._cache:
             rule, _ = self._rule_and_norm(choice, p)
             theta0 = np.zeros(self.prob.shape)
             theta0[:2] = start
             self._cache[key] = train(self.prob, theta0, int(steps), rule, float(lr), progress=False).theta[:, 0, :2]
         return self._cache[key]
+
+    def precompute(self, choices, p: float, start, steps: int, lr: float) -> None:
+        """Train the paths of every choice in ``choices`` from one start in one batch
+        (:class:`attnlib.optim.RuleBlocks`; the per-step cost is shared), so that :meth:`draw` reuses them."""
+        choices = [c for c in choices if self._key(c, p, start, steps, lr) not in self._cache]
+        if not choices:
+            return
+        rules = tuple(self._rule_and_norm(choice, p)[0] for choice in choices)
+        theta0 = np.zeros((len(choices),) + self.prob.shape)
+        theta0[:, :2] = start
+        blocks = RuleBlocks(rules, (1,) * len(rules))
+        theta = train(self.prob, theta0, int(steps), blocks, float(lr), progress=False).theta
+        for k, choice in enumerate(choices):
+            self._cache[self._key(choice, p, start, steps, lr)] = theta[:, k, :2]
 
     def svm(self, norm):
         norm = check_norm(norm)
