@@ -421,6 +421,10 @@ class _Loop:
 
     def stop_unusable(self, finite: np.ndarray, g_norm: np.ndarray, log_scale: np.ndarray) -> None:
         """Stop where a value is not finite, then where the gradient ``exp(log_scale)·g`` is exactly 0."""
+        # The common case, every member usable, in one pass (this runs at every step of every trainer);
+        # ``log_scale > -inf`` is False on NaN and on -inf, as the two tests below require.
+        if (finite & np.isfinite(g_norm) & (g_norm != 0) & (log_scale > -np.inf)).all():
+            return
         bad = self.active & ~(finite & np.isfinite(g_norm) & ~np.isnan(log_scale))
         zero = self.active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
         self.stop(bad, "non-finite value")
@@ -1325,13 +1329,16 @@ class Adam(StepRule):
         t = state["t"]
         first = t == 1
         # Moments in units of exp(log_scale): rescale the old ones to the new unit.
-        shift = np.zeros_like(log_scale) if first else np.exp(np.clip(state["scale"] - log_scale, -700, 700))
+        # np.minimum/np.maximum: np.clip's numbers (NaN and ±inf alike) at a fraction of its call cost
+        shift = (
+            np.zeros_like(log_scale) if first else np.exp(np.minimum(np.maximum(state["scale"] - log_scale, -700), 700))
+        )
         state["m"] = self.beta1 * shift[:, None] * state["m"] + (1 - self.beta1) * g
         state["v"] = self.beta2 * (shift**2)[:, None] * state["v"] + (1 - self.beta2) * g * g
         state["scale"] = np.where(np.isfinite(log_scale), log_scale, state["scale"])
         m_hat = state["m"] / (1 - self.beta1**t)
         v_hat = state["v"] / (1 - self.beta2**t)
-        eps = self.eps * np.exp(-np.clip(log_scale, -700, 700))[:, None]
+        eps = self.eps * np.exp(-np.minimum(np.maximum(log_scale, -700), 700))[:, None]
         with np.errstate(invalid="ignore", divide="ignore"):
             step = np.where(m_hat != 0, m_hat / (np.sqrt(v_hat) + eps), 0.0)
         return flat - lrs[:, None] * step
@@ -1362,12 +1369,15 @@ class RuleBlocks(StepRule):
             raise ValueError("rules must be StepRules, one per entry of sizes")
         if any(r.needs_loss for r in self.rules):
             raise ValueError("RuleBlocks does not support rules that need the loss (the Polyak step)")
+        # The blocks' slices, computed once: update() runs at every step of the loop.
+        ends = np.cumsum(self.sizes)
+        object.__setattr__(self, "_block_slices", [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)])
 
     def _slices(self, B: int):
-        ends = np.cumsum(self.sizes)
-        if ends[-1] != B:
-            raise ValueError(f"the blocks hold {int(ends[-1])} trajectories, the batch {B}")
-        return [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)]
+        total = self._block_slices[-1].stop
+        if total != B:
+            raise ValueError(f"the blocks hold {total} trajectories, the batch {B}")
+        return self._block_slices
 
     def init_state(self, flat, shape):
         return [
