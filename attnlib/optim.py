@@ -1158,7 +1158,8 @@ def _ngd_cross(X, gamma, Z, steps, lr, K0, Q0, factorised, record_steps, tokens=
         if step == steps:
             break
         G, _ = _cross_attention_descent(X, gamma, Z, W, absent)
-        K, Q = K + lr * unit(G @ Q), Q + lr * unit(np.swapaxes(G, 1, 2) @ K)
+        descent_K, descent_Q = factor_grad(G, K, Q)  # the chain rule is linear: descent directions of K, Q
+        K, Q = K + lr * unit(descent_K), Q + lr * unit(descent_Q)
         W = np.where(kq[:, None, None], K @ np.swapaxes(Q, 1, 2), W + lr * unit(G))
     return record, out
 
