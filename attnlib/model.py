@@ -1189,7 +1189,9 @@ class ReluHeadStack:
     def __post_init__(self):
         A, U, y = (np.asarray(v, float) for v in (self.A, self.U, self.y))
         if A.ndim != 4 or U.ndim != 4 or U.shape[:3] != A.shape[:3] or y.shape != A.shape[:2]:
-            raise ValueError(f"A must be (S, n, T, k), U (S, n, T, h) and y (S, n); got {A.shape}, {U.shape}, {y.shape}")
+            raise ValueError(
+                f"A must be (S, n, T, k), U (S, n, T, h) and y (S, n); got {A.shape}, {U.shape}, {y.shape}"
+            )
         check_labels(y, y.shape)
         for name, val in (("A", A), ("U", U), ("y", y)):
             object.__setattr__(self, name, val)

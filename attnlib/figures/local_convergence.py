@@ -239,8 +239,11 @@ def local_path_curves(axes, cases):
 
 #: One colour per width of [TFSVM]'s ReLU-head experiment (the official figure's order).
 SVMEQ_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:cyan")
-SVMEQ_STYLES = {"svmeq": ("-", r"$W^{\mathrm{SVMeq}}$"), "mm": (":", r"$W^{\mathrm{mm}}$"),
-                "one_token": ("--", r"$W^{\mathrm{1token}}$")}
+SVMEQ_STYLES = {
+    "svmeq": ("-", r"$W^{\mathrm{SVMeq}}$"),
+    "mm": (":", r"$W^{\mathrm{mm}}$"),
+    "one_token": ("--", r"$W^{\mathrm{1token}}$"),
+}
 
 
 def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
@@ -264,21 +267,33 @@ def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
         final = runs.one_minus_corr["svmeq"][mine, -1]
         ax_b.scatter(runs.masked_max[mine][mixed], final[mixed], color=color, s=18, label=f"d = {d}")
         ax_b.scatter(runs.masked_max[mine][~mixed], final[~mixed], facecolors="none", edgecolors=color, s=18)
-    for name, (style, label) in SVMEQ_STYLES.items():
+    for style, label in SVMEQ_STYLES.values():
         ax_a.plot([], [], style, color="0.3", label=label)
-    ax_a.set(yscale="log", xlabel="NGD iteration", ylabel="1 − corr(W(t), reference)",
-             title="(a) distance to the three references")
+    ax_a.set(
+        yscale="log",
+        xlabel="NGD iteration",
+        ylabel="1 − corr(W(t), reference)",
+        title="(a) distance to the three references",
+    )
     ax_a.legend(fontsize=7, ncol=2)
     ax_b.axvline(well_masked, color="0.5", lw=0.8)
-    ax_b.set(xscale="log", yscale="log", xlabel="largest masked softmax of the run",
-             ylabel=r"final 1 − corr(W, $W^{\mathrm{SVMeq}}$)", title="(b) masking and the SVM equivalence")
+    ax_b.set(
+        xscale="log",
+        yscale="log",
+        xlabel="largest masked softmax of the run",
+        ylabel=r"final 1 − corr(W, $W^{\mathrm{SVMeq}}$)",
+        title="(b) masking and the SVM equivalence",
+    )
     ax_b.legend(fontsize=7)
     if mixture is not None and len(axes) > 2:
         f, weights, label = mixture
         lam = np.linspace(0.0, 1.0, len(f))
         axes[2].plot(lam, f, color=COLORS["global"])
         axes[2].axvline(weights, color=COLORS["local"], lw=1, label="trained attention")
-        axes[2].set(xlabel="weight on the second token", ylabel="head output f (label −1: lower is better)",
-                    title=f"(c) {label}")
+        axes[2].set(
+            xlabel="weight on the second token",
+            ylabel="head output f (label −1: lower is better)",
+            title=f"(c) {label}",
+        )
         axes[2].legend(fontsize=7)
     return axes
