@@ -896,9 +896,11 @@ def svm_equivalence_runs(
     ``W^SVMeq``, ``W_dir`` and the one-token SVM of its final argmax (:func:`attnlib.svm.svm_equivalence`,
     :func:`attnlib.svm.frobenius_svm_batch`).
 
-    >>> runs = svm_equivalence_runs(d_values=(4,), candidates=20, steps=300, seed=0)
+    Raises ValueError when no run of any width is kept (too few candidates or steps).
+
+    >>> runs = svm_equivalence_runs(d_values=(4,), candidates=20, steps=1000, seed=0)
     >>> runs.one_minus_corr["svmeq"].shape[1], int(runs.candidates[0])
-    (4, 20)
+    (11, 20)
     """
     check_schedule(steps, lr, record_every)
     d_values = tuple(int(d) for d in d_values)
@@ -971,6 +973,10 @@ def svm_equivalence_runs(
                 y,
                 head_value,
             )
+        )
+    if not parts:
+        raise ValueError(
+            f"no run was kept out of {candidates} candidates per width after {steps} steps: raise candidates or steps"
         )
     cat = lambda j: np.concatenate([p[j] for p in parts])  # noqa: E731
     one_minus = {name: 1.0 - np.concatenate([p[1][name] for p in parts]) for name in parts[0][1]}
