@@ -285,6 +285,9 @@ def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
         title="(b) masking and the SVM equivalence",
     )
     ax_b.legend(fontsize=7)
+    for ax, axis in ((ax_a, "y"), (ax_b, "both")):  # few log tick labels: their mathtext is most of the cost
+        ax.locator_params(axis=axis, numticks=5)
+        ax.minorticks_off()
     if mixture is not None and len(axes) > 2:
         f, weights, label = mixture
         lam = np.linspace(0.0, 1.0, len(f))
