@@ -860,13 +860,15 @@ class SVMEqRuns:
 
 def mixture_edge(U, y, selected, log_sigma, points: int = 101):
     """The first ``y = −1`` sample selecting exactly two tokens whose head output along the edge between
-    them dips to at most half its value at the better end (a mixture beats both tokens): ``(f (points,), weight,
+    them dips to at most half its value at the better end, itself at least a tenth of the worse end
+    (a mixture clearly beats both tokens): ``(f (points,), weight,
     index)`` or None. ``U`` (m, T, h), ``y`` (m,), ``selected`` and ``log_sigma`` (m, T)."""
     lam = np.linspace(0.0, 1.0, points)[:, None]
     for i in np.flatnonzero((np.asarray(y) < 0) & (selected.sum(-1) == 2)):
         a, b = np.flatnonzero(selected[i])
         f = np.maximum((1 - lam) * U[i, a] + lam * U[i, b], 0.0).sum(-1)
-        if f.min() <= 0.5 * min(f[0], f[-1]):  # a clear dip: the mixture halves the better token's output
+        better_end = min(f[0], f[-1])
+        if better_end >= 0.1 * f.max() and f.min() <= 0.5 * better_end:  # a visible dip below both tokens
             return f, float(1.0 / (1.0 + np.exp(log_sigma[i, a] - log_sigma[i, b]))), int(i)
     return None
 
