@@ -1055,5 +1055,9 @@ def svmeq_statistics(runs: SVMEqRuns) -> dict:
         "agreement": float(head_agreement(runs)[decided].mean()) if decided.any() else np.nan,
         "agreement_off": float(head_agreement(runs, True)[decided].mean()) if decided.any() else np.nan,
         "negative_agreement": float(head_agreement(runs)[negative].mean()) if negative.any() else np.nan,
+        # label +1: a convex head has no stationary mixture, so every such input selects one token
+        "positive_mixtures": int((well[:, None] & (runs.y > 0) & (runs.selected.sum(-1) >= 2)).sum()),
+        # the control: the same count on the label −1 inputs (concave head: mixtures can win)
+        "negative_mixtures": int((well[:, None] & (runs.y < 0) & (runs.selected.sum(-1) >= 2)).sum()),
         "mixtures": int((runs.selected.sum(-1) >= 2)[well].sum()),
     }
