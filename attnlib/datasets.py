@@ -48,6 +48,8 @@ __all__ = [
     "PlantedTokens",
     "planted_tokens",
     "rank_instance",
+    "ReluHeadInstances",
+    "relu_head_instances",
     "IMAGE_SIZE",
     "DigitPatches",
     "digit_patches",
@@ -442,6 +444,43 @@ def rank_instance(n: int, T: int, d: int, seed: int):
 
 #: Side of a scikit-learn digit image, in pixels.
 IMAGE_SIZE = 8
+
+
+@dataclass(frozen=True)
+class ReluHeadInstances:
+    """S random instances of [TFSVM]'s ReLU-head experiment (``multi_token_converge``).
+
+    ``X`` (S, n, T, d) unit tokens, ``Z`` (S, n, d) unit cross-attention queries, ``V`` (S, d, d)
+    the head (unit Frobenius norm), ``y`` (S, n) labels ±1 with at least one −1 per instance,
+    ``W0`` (S, d, d) the starts (uniform on ±1/√d, torch's default for a linear layer).
+    """
+
+    X: np.ndarray
+    Z: np.ndarray
+    V: np.ndarray
+    y: np.ndarray
+    W0: np.ndarray
+
+
+def relu_head_instances(S: int, d: int, n: int = 3, T: int = 4, seed=0) -> ReluHeadInstances:
+    """[TFSVM] ``multi_token_converge`` data: unit tokens and queries, ``V`` of unit Frobenius norm,
+    random labels (an instance whose labels are all +1 is redrawn, as the official code skips it).
+
+    >>> data = relu_head_instances(5, 4, seed=0)
+    >>> data.X.shape, data.V.shape, bool((data.y == -1).any(axis=1).all())
+    ((5, 3, 4, 4), (5, 4, 4), True)
+    """
+    S, d, n, T = (check_integer(name, v, 1, 10**6) for name, v in (("S", S), ("d", d), ("n", n), ("T", T)))
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((S, d, d))
+    V /= np.linalg.norm(V, axis=(1, 2), keepdims=True)
+    X = _unit(rng.standard_normal((S, n, T, d)))
+    Z = _unit(rng.standard_normal((S, n, d)))
+    y = np.where(rng.standard_normal((S, n)) > 0, 1.0, -1.0)
+    while (redraw := np.all(y == 1.0, axis=1)).any():
+        y[redraw] = np.where(rng.standard_normal((int(redraw.sum()), n)) > 0, 1.0, -1.0)
+    W0 = rng.uniform(-1.0, 1.0, (S, d, d)) / np.sqrt(d)
+    return ReluHeadInstances(X, Z, V, y, W0)
 
 
 @dataclass(frozen=True, eq=False)

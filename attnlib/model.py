@@ -76,6 +76,9 @@ __all__ = [
     "DecoderAttention",
     "joint_self_attention",
     "StackedDecoderAttention",
+    "ReluHeadTerms",
+    "ReluHeadStack",
+    "relu_head_stack",
     "check_integer",
 ]
 
@@ -1146,6 +1149,141 @@ def nonlinear_head(X, V, u, W=None, y=None, loss: str | Loss = "logistic") -> No
     keys = X if W is None else X @ np.asarray(W, float).T
     y = np.ones(X.shape[0]) if y is None else y
     return NonlinearHeadAttention(X, keys, y, V, u, loss)
+
+
+@dataclass(frozen=True, eq=False)
+class ReluHeadTerms(Terms):
+    """:class:`Terms` of a :class:`ReluHeadStack`, with the head's pre-activations ``pre`` (S, n, h)."""
+
+    pre: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ReluHeadStack:
+    """S independent cross-attention problems with a ReLU head and labels ±1 ([TFSVM] ``multi_token_converge``).
+
+    .. math::
+
+        s_{it} = ⟨A_{it}, θ⟩, \\quad σ_i = \\mathrm{softmax}(s_i), \\quad
+        f_i = 1^⊤ \\mathrm{relu}\\Big(\\sum_t σ_{it} U_{it}\\Big), \\quad
+        L(θ) = \\frac1n \\sum_i ℓ(y_i f_i).
+
+    With ``A_it`` the coordinates of ``x_it z_iᵀ`` in an orthonormal basis of the span of the
+    differences ``(x_it − x_i1) z_iᵀ`` and ``U_it = Vᵀ x_it``, this is [TFSVM]'s model
+    ``f = 1ᵀ relu(Vᵀ Xᵀ softmax(X W z))`` with ``θ`` the coordinates of ``W`` (see
+    :func:`relu_head_stack`). Unlike :class:`NonlinearHeadAttention`, labels may be −1: the head is
+    then concave in ``σ`` for that sample (``−f`` is minimised), so a *mixture* of tokens can beat
+    every single one, and no loss floor ``L*`` is known (``log_gap_from`` returns NaN).
+
+    Attributes: ``A`` (S, n, T, k), ``U`` (S, n, T, h) (zero columns of ``U`` are inert, which
+    lets problems of different widths share one stack), ``y`` (S, n), ``loss``. Parameter ``θ``:
+    (S, k), one row per problem. It implements the :class:`attnlib.AttentionProblem` protocol, so
+    :func:`attnlib.train` trains all S problems as one batch.
+    """
+
+    A: np.ndarray
+    U: np.ndarray
+    y: np.ndarray
+    loss: Loss
+
+    def __post_init__(self):
+        A, U, y = (np.asarray(v, float) for v in (self.A, self.U, self.y))
+        if A.ndim != 4 or U.ndim != 4 or U.shape[:3] != A.shape[:3] or y.shape != A.shape[:2]:
+            raise ValueError(
+                f"A must be (S, n, T, k), U (S, n, T, h) and y (S, n); got {A.shape}, {U.shape}, {y.shape}"
+            )
+        check_labels(y, y.shape)
+        for name, val in (("A", A), ("U", U), ("y", y)):
+            object.__setattr__(self, name, val)
+        object.__setattr__(self, "loss", get_loss(self.loss))
+
+    S = property(lambda self: self.A.shape[0], doc="Number of problems.")
+    n = property(lambda self: self.A.shape[1])
+    T = property(lambda self: self.A.shape[2])
+    shape = property(lambda self: (self.A.shape[3],))
+    size = property(lambda self: self.A.shape[3])
+
+    def flatten(self, theta) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Validate ``theta`` (S, k): ``(theta, (S,))``."""
+        theta = np.asarray(theta, float)
+        if theta.shape != (self.S, self.size):
+            raise ValueError(f"theta must have shape (S={self.S}, {self.size}), got {theta.shape}")
+        return theta, (self.S,)
+
+    def terms_from_flat(self, theta) -> ReluHeadTerms:
+        """``log σ`` (S, n, T), outputs ``y_i f_i`` (S, n), pre-activations (S, n, h); ``log_delta`` is NaN."""
+        S, n, T, k = self.A.shape
+        # batched matmul / einsum: several times faster than broadcast-and-sum at these tiny sizes
+        logits = (self.A.reshape(S, n * T, k) @ theta[:, :, None]).reshape(S, n, T)
+        log_sigma = log_softmax(logits, axis=-1)
+        pre = np.einsum("snt,snth->snh", np.exp(log_sigma), self.U)
+        out = self.y * np.maximum(pre, 0.0).sum(-1)
+        return ReluHeadTerms(log_sigma, np.full(out.shape, np.nan), out, pre)
+
+    def value(self, theta) -> np.ndarray:
+        """``L(θ)``: (S,)."""
+        return np.mean(self.loss.value(self.terms_from_flat(self.flatten(theta)[0]).output), axis=-1)
+
+    def log_gap_from(self, terms: Terms) -> np.ndarray:
+        """NaN (S,): the infimum over mixtures of tokens is not computed here."""
+        return np.full(terms.output.shape[:-1], np.nan)
+
+    def scaled_grad_from(self, terms: ReluHeadTerms, batch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``∇L = exp(m)·g`` as ``(m (S,), g (S, k))``.
+
+        ``∂f_i/∂s_it = σ_it ⟨∇relu, U_it − Ū_i⟩`` with ``U_it − Ū_i`` measured from the most-attended
+        token ``r`` (``(U_it − U_ir) − Σ_τ σ_iτ (U_iτ − U_ir)``, no cancellation at saturation), the
+        weights combined in log space so that the direction stays exact where ``‖∇L‖`` underflows.
+        """
+        log_sigma, pre = terms.log_sigma, terms.pre
+        S, n, T, k = self.A.shape
+        ref = np.argmax(log_sigma, axis=-1)
+        is_ref = np.arange(T) == ref[..., None]
+        score = np.einsum("snth,snh->snt", self.U, (pre > 0).astype(float))  # ⟨∇relu, U_it⟩
+        c = score - (score * is_ref).sum(-1, keepdims=True)  # ⟨∇relu, U_it − U_ir⟩, exactly 0 at r
+        c = c - (np.exp(log_sigma) * c).sum(-1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            log_abs = np.log(-self.loss.derivative(terms.output))[..., None] + log_sigma + np.log(np.abs(c))
+        log_abs = np.where(is_ref, -np.inf, log_abs - np.log(n))
+        m = log_abs.reshape(S, n * T).max(axis=-1)
+        finite_m = np.where(np.isfinite(m), m, 0.0)
+        w = -(self.y[..., None] * np.sign(c)) * np.exp(log_abs - finite_m[:, None, None])
+        w = np.where(is_ref, -w.sum(-1, keepdims=True), w)  # a sample's weights sum to zero
+        return m, (w.reshape(S, 1, n * T) @ self.A.reshape(S, n * T, k))[:, 0]
+
+    def grad(self, theta) -> np.ndarray:
+        """``∇L(θ)``: (S, k)."""
+        m, g = self.scaled_grad_from(self.terms_from_flat(self.flatten(theta)[0]))
+        return np.exp(m)[:, None] * g
+
+
+def relu_head_stack(X, Z, V, y, loss: str | Loss = "logistic") -> tuple[ReluHeadStack, np.ndarray]:
+    """[TFSVM]'s ReLU-head cross-attention ``f_i = 1ᵀ relu(Vᵀ X_iᵀ softmax(X_i W z_i))`` for S problems.
+
+    ``W`` enters only through the logits ``x_itᵀ W z_i``, and only their differences within a sample
+    move the softmax, so ``W`` is trained in an orthonormal basis ``B`` (S, d·d, k) of the span of
+    ``(x_it − x_i1) z_iᵀ`` (``k = n(T−1)`` generically): ``W = W₀ + unvec(B (θ − θ₀))`` with
+    ``θ₀ = Bᵀ vec W₀``. Every gradient lies in that span and ``B`` is orthonormal, so GD and NGD on
+    ``θ`` are GD and NGD on ``W``.
+
+    Args: ``X`` (S, n, T, d) tokens, ``Z`` (S, n, d) queries, ``V`` (S, d, h) head, ``y`` (S, n) ±1.
+    Returns ``(stack, B)``.
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X, Z, V = rng.normal(size=(2, 3, 4, 5)), rng.normal(size=(2, 3, 5)), rng.normal(size=(2, 5, 5))
+    >>> stack, B = relu_head_stack(X, Z, V, np.array([[1, -1, 1], [-1, 1, 1]]))
+    >>> stack.shape, B.shape
+    ((9,), (2, 25, 9))
+    """
+    X, Z, V = (np.asarray(v, float) for v in (X, Z, V))
+    if X.ndim != 4 or Z.shape != X.shape[:2] + X.shape[3:] or V.ndim != 3 or V.shape[:2] != (X.shape[0], X.shape[3]):
+        raise ValueError(f"X must be (S, n, T, d), Z (S, n, d) and V (S, d, h); got {X.shape}, {Z.shape}, {V.shape}")
+    S, n, T, d = X.shape
+    features = (X[..., :, None] * Z[:, :, None, None, :]).reshape(S, n, T, d * d)  # vec(x_it z_iᵀ)
+    diffs = (features[:, :, 1:] - features[:, :, :1]).reshape(S, n * (T - 1), d * d)
+    B = np.linalg.qr(np.swapaxes(diffs, 1, 2))[0]  # (S, d·d, k)
+    return ReluHeadStack(features @ B[:, None], X @ V[:, None], y, loss), B
 
 
 @dataclass(frozen=True, eq=False)

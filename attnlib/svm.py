@@ -63,6 +63,8 @@ __all__ = [
     "balanced_direction",
     "decoder_svms",
     "svm_constraints",
+    "SVMEquivalence",
+    "svm_equivalence",
     "NuclearSVM",
     "nuclear_svm",
     "SVMBatch",
@@ -651,6 +653,86 @@ def _svec_index(N: int):
         scale = np.where(rows == cols, 1.0, np.sqrt(2.0))
         _SVEC_CACHE[N] = rows, cols, scale
     return _SVEC_CACHE[N]
+
+
+@dataclass(frozen=True)
+class SVMEquivalence:
+    """[TFSVM]'s SVM-equivalence of S trained cross-attention runs (a selected *set* of tokens per sample).
+
+    Attributes (NaN where ``solved`` is False):
+        W_dir: (S, d, d) ``argmin ‖W‖_F`` s.t. ``(x_ia − x_ib)ᵀ W z_i = 0`` for ``a, b ∈ O_i`` and
+            ``(x_ia − x_iτ)ᵀ W z_i ≥ 1`` for ``a ∈ O_i, τ ∉ O_i`` (the max-margin direction of the sets).
+        W_fin: (S, d, d) ``argmin ‖W‖_F`` s.t. ``(x_ib − x_ia)ᵀ W z_i = log(σ_ib/σ_ia)`` for ``a, b ∈ O_i``.
+        R: (S,) the least-squares coefficient of ``W − W_fin`` on ``W_dir``.
+        W_eq: (S, d, d) ``W_fin + R·W_dir``.
+        solved: (S,) bool: ``W_dir`` certified (KKT) feasible and optimal; False if infeasible.
+    """
+
+    W_dir: np.ndarray
+    W_fin: np.ndarray
+    R: np.ndarray
+    W_eq: np.ndarray
+    solved: np.ndarray
+
+
+def _selection_rows(X, Z, selected, log_sigma):
+    """Equality rows (pairs inside ``O_i`` against its first token), their log-ratio targets, and
+    inequality rows (``a ∈ O_i`` against ``τ ∉ O_i``) of one run, as vectorised ``d×d`` matrices."""
+    eq, target, ineq = [], [], []
+    for i in range(X.shape[0]):
+        inside, outside = np.flatnonzero(selected[i]), np.flatnonzero(~selected[i])
+        for b in inside[1:]:
+            eq.append(np.outer(X[i, b] - X[i, inside[0]], Z[i]).ravel())
+            target.append(log_sigma[i, b] - log_sigma[i, inside[0]])
+        for a in inside:
+            for tau in outside:
+                ineq.append(np.outer(X[i, a] - X[i, tau], Z[i]).ravel())
+    size = X.shape[2] * Z.shape[1]
+    return (np.reshape(eq, (-1, size)), np.asarray(target), np.reshape(ineq, (-1, size)))
+
+
+def svm_equivalence(X, Z, selected, log_sigma, W) -> SVMEquivalence:
+    """``W^SVMeq = W_fin + R·W_dir`` of S runs ([TFSVM], nonlinear heads): see :class:`SVMEquivalence`.
+
+    The equalities are removed by a reduction: ``W_dir`` lies in the orthogonal complement ``E⊥`` of
+    the equality rows, where ``⟨G, W⟩ = ⟨P G, W⟩``, so ``W_dir = argmin ‖W‖ s.t. ⟨P G_k, W⟩ ≥ 1``: a
+    least-distance problem (Lawson–Hanson NNLS, KKT-certified, :func:`least_distance_nnls`).
+    ``W_fin`` is the minimum-norm solution of the equalities (``E⁺ r``), so ``W_fin ∈ E`` and
+    ``W_fin ⊥ W_dir``. ``R = ⟨W − W_fin, W_dir⟩/‖W_dir‖²``.
+
+    Args: ``X`` (S, n, T, d), ``Z`` (S, n, d_z), ``selected`` (S, n, T) bool (every sample selects at
+    least one token), ``log_sigma`` (S, n, T) the final log-softmax, ``W`` (S, d, d_z) the trained
+    matrices.
+
+    >>> import numpy as np
+    >>> X = np.eye(3)[None, None]                       # one run, one sample, tokens e1, e2, e3
+    >>> sel = np.array([[[True, True, False]]])
+    >>> eq = svm_equivalence(X, np.array([[[0, 0, 1.0]]]), sel, np.log([[[0.5, 0.5, 1e-9]]]), np.zeros((1, 3, 3)))
+    >>> bool(eq.solved[0]), np.round(eq.W_dir[0] @ [0, 0, 1], 3).tolist()
+    (True, [0.333, 0.333, -0.667])
+    """
+    X, Z, log_sigma, W = (np.asarray(v, float) for v in (X, Z, log_sigma, W))
+    selected = np.asarray(selected, bool)
+    S, n, T, d = X.shape
+    if Z.shape[:2] != (S, n) or selected.shape != (S, n, T) or log_sigma.shape != (S, n, T):
+        raise ValueError(f"Z must be (S, n, d_z), selected and log_sigma (S, n, T); got {Z.shape}, {selected.shape}")
+    if not selected.any(axis=-1).all():
+        raise ValueError("selected must contain at least one token of every sample")
+    shape = (d, Z.shape[2])
+    W_dir, W_fin = np.full((2, S) + shape, np.nan)
+    solved = np.zeros(S, bool)
+    for s in range(S):
+        eq, target, ineq = _selection_rows(X[s], Z[s], selected[s], log_sigma[s])
+        W_fin[s] = (np.linalg.pinv(eq) @ target).reshape(shape) if len(eq) else 0.0
+        if not len(ineq):
+            continue
+        basis = _basis(eq) if len(eq) else np.zeros((eq.shape[1], 0))
+        projected = ineq - (ineq @ basis) @ basis.T
+        found = _least_distance(projected, np.ones(len(ineq)))
+        if isinstance(found, tuple):
+            W_dir[s], solved[s] = found[0].reshape(shape), True
+    R = np.einsum("sij,sij->s", W - W_fin, W_dir) / np.einsum("sij,sij->s", W_dir, W_dir)
+    return SVMEquivalence(W_dir, W_fin, R, W_fin + R[:, None, None] * W_dir, solved)
 
 
 @dataclass(frozen=True, eq=False)

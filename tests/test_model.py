@@ -390,3 +390,47 @@ def test_stack_refuses_mismatched_problems():
     stack = al.stack_problems([al.datasets.single_input(), al.datasets.single_input(local=True)])
     with pytest.raises(ValueError, match="theta0 must have shape"):
         al.train(stack, np.zeros((3, 3)), steps=1)
+
+
+def _relu_instance(seed=0, S=3, d=5):
+    data = al.datasets.relu_head_instances(S, d, seed=seed)
+    stack, basis = al.model.relu_head_stack(data.X, data.Z, data.V, data.y)
+    return data, stack, basis
+
+
+def test_relu_head_stack_gradient_matches_finite_differences():
+    data, stack, basis = _relu_instance()
+    theta = np.random.default_rng(1).normal(size=(stack.S, stack.size))
+    g = stack.grad(theta)
+    eps = 1e-6
+    for k in range(stack.size):
+        step = np.zeros_like(theta)
+        step[:, k] = eps
+        fd = (stack.value(theta + step) - stack.value(theta - step)) / (2 * eps)
+        np.testing.assert_allclose(g[:, k], fd, rtol=1e-6, atol=1e-9)
+
+
+def test_relu_head_stack_is_the_official_model_in_w():
+    # f_i = 1ᵀ relu(Vᵀ X_iᵀ softmax(X_i W z_i)), loss mean log(1 + exp(−y f)), W = W0 + unvec(B (θ − θ0))
+    data, stack, basis = _relu_instance(seed=2)
+    theta0 = np.einsum("sqk,sq->sk", basis, data.W0.reshape(stack.S, -1))
+    theta = theta0 + np.random.default_rng(3).normal(size=theta0.shape)
+    W = data.W0 + np.einsum("sqk,sk->sq", basis, theta - theta0).reshape(data.W0.shape)
+    logits = np.einsum("sntd,sde,sne->snt", data.X, W, data.Z)
+    sigma = np.exp(logits - logits.max(-1, keepdims=True))
+    sigma /= sigma.sum(-1, keepdims=True)
+    f = np.maximum(np.einsum("snt,sntd,sdh->snh", sigma, data.X, data.V), 0).sum(-1)
+    np.testing.assert_allclose(stack.value(theta), np.log1p(np.exp(-data.y * f)).mean(-1), rtol=1e-12)
+
+
+def test_relu_head_stack_direction_is_exact_at_saturation():
+    data, stack, basis = _relu_instance(seed=4)
+    theta = np.random.default_rng(5).normal(size=(stack.S, stack.size))
+    m1, g1 = stack.scaled_grad_from(stack.terms_from_flat(theta))
+    m2, g2 = stack.scaled_grad_from(stack.terms_from_flat(400 * theta))  # ‖∇L‖ underflows here
+    assert np.all(np.isfinite(g2)) and np.all(np.linalg.norm(g2, axis=-1) > 0)
+
+
+def test_relu_head_stack_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="X must be"):
+        al.model.relu_head_stack(np.zeros((2, 3, 4)), np.zeros((2, 3)), np.zeros((2, 4, 4)), np.ones((2, 3)))

@@ -606,3 +606,70 @@ def test_nnls_infeasibility_certificates_agree_with_clarabel():
     with pytest.raises(al.InfeasibleError):
         al.label_svm(X, [1, 1, -1])
     assert al.svm.farkas_margin_bound(X * np.array([[1], [1], [-1]]), np.ones(3), np.array([1.0, 1.0, 0.0])) == 0.0
+
+
+def _svmeq_cvxpy(X, Z, selected, log_sigma, W):
+    """Independent solve of [TFSVM]'s SVM-eq with cvxpy/Clarabel, constraints written as in the official code."""
+    import cvxpy as cp
+
+    n, T, d = X.shape
+    W_dir, W_fin = cp.Variable((d, d)), cp.Variable((d, d))
+    eq_fin, cons_dir = [], []
+    for i in range(n):
+        for t1 in range(T):
+            for t2 in range(t1 + 1, T):
+                a = X[i, t2] - X[i, t1]
+                if selected[i, t1] and selected[i, t2]:
+                    eq_fin.append(a @ W_fin @ Z[i] == log_sigma[i, t2] - log_sigma[i, t1])
+                    cons_dir.append(a @ W_dir @ Z[i] == 0)
+                elif selected[i, t1]:
+                    cons_dir.append(a @ W_dir @ Z[i] <= -1)
+                elif selected[i, t2]:
+                    cons_dir.append(-a @ W_dir @ Z[i] <= -1)
+    cp.Problem(cp.Minimize(cp.sum_squares(W_dir)), cons_dir).solve(solver="CLARABEL")
+    cp.Problem(cp.Minimize(cp.sum_squares(W_fin)), eq_fin).solve(solver="CLARABEL")
+    R = cp.Variable()
+    cp.Problem(cp.Minimize(cp.sum_squares(W_fin.value + R * W_dir.value - W))).solve(solver="CLARABEL")
+    return W_dir.value, W_fin.value, float(R.value)
+
+
+def test_svm_equivalence_matches_an_independent_clarabel_solve():
+    rng = np.random.default_rng(0)
+    S, n, T, d = 6, 3, 4, 5
+    X = rng.normal(size=(S, n, T, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    Z = rng.normal(size=(S, n, d))
+    log_sigma = np.log(rng.dirichlet(np.ones(T), size=(S, n)))
+    selected = rng.uniform(size=(S, n, T)) < 0.5
+    selected[..., 0] = True  # one selected token at least; some inputs select several
+    W = rng.normal(size=(S, d, d))
+    eq = al.svm.svm_equivalence(X, Z, selected, log_sigma, W)
+    assert eq.solved.all()
+    for s in range(S):
+        W_dir, W_fin, R = _svmeq_cvxpy(X[s], Z[s], selected[s], log_sigma[s], W[s])
+        np.testing.assert_allclose(eq.W_dir[s], W_dir, atol=1e-6)
+        np.testing.assert_allclose(eq.W_fin[s], W_fin, atol=1e-6)
+        assert abs(eq.R[s] - R) <= 1e-5 * max(1.0, abs(R))
+
+
+def test_svm_equivalence_is_the_projection_on_its_two_matrices():
+    # W_fin fixes W's component along the equality rows, so W^SVMeq is the projection of W on span{W_fin, W_dir}
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(1, 3, 4, 5))
+    Z = rng.normal(size=(1, 3, 5))
+    W = rng.normal(size=(1, 5, 5))
+    logits = np.einsum("sntd,sde,sne->snt", X, W, Z)
+    log_sigma = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    selected = np.array([[[True, True, False, False], [True, False, False, False], [False, True, True, True]]])
+    eq = al.svm.svm_equivalence(X, Z, selected, log_sigma, W)
+    np.testing.assert_allclose(np.sum(eq.W_fin * eq.W_dir), 0.0, atol=1e-10)
+    residual = W - eq.W_eq
+    np.testing.assert_allclose([np.sum(residual * eq.W_fin), np.sum(residual * eq.W_dir)], 0.0, atol=1e-9)
+
+
+def test_svm_equivalence_reports_an_infeasible_selection():
+    X = np.array([[[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]]])  # tokens 1 and 2 equal: cannot tie one and mask the other
+    eq = al.svm.svm_equivalence(
+        X, np.array([[[1.0, 0.0]]]), np.array([[[True, False, True]]]), np.zeros((1, 1, 3)), np.zeros((1, 2, 2))
+    )
+    assert not eq.solved[0] and np.isnan(eq.W_eq).all()

@@ -34,16 +34,17 @@ prediction, a locally-optimal final selection, is :func:`final_selection_report`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
 from ..basins import MOTION_TOL, BasinMap, basin_map, classify_motion, half_and_final_states, key_plane_grid
-from ..datasets import cone_starts, single_input
+from ..datasets import cone_starts, relu_head_instances, single_input
 from ..metrics import cosine, one_minus_cosine, orthogonal_offset, selection_mass
-from ..model import TokenSelectionProblem, token_selection
+from ..model import ReluHeadStack, TokenSelectionProblem, relu_head_stack, token_selection
 from ..optim import check_schedule, train
 from ..paths import RegularizationPath, check_radii, direction_bound, local_regularization_path, selection_log_gap
-from ..svm import InfeasibleError, SelectionReport, max_margin
+from ..svm import InfeasibleError, SelectionReport, frobenius_svm_batch, max_margin, svm_equivalence
 
 __all__ = [
     "admissible_cone_angle",
@@ -71,6 +72,17 @@ __all__ = [
     "perturbed_single_input",
     "svm_or_none",
     "tie_direction",
+    "SVMEQ_SELECTED",
+    "SVMEQ_MASKED",
+    "head_optimum",
+    "mixture_edge",
+    "SVMEqRuns",
+    "svm_equivalence_runs",
+    "SVMEQ_WELL_MASKED",
+    "SVMEQ_FACTOR",
+    "SVMEQ_AGREEMENT",
+    "head_agreement",
+    "svmeq_statistics",
 ]
 
 
@@ -746,3 +758,306 @@ def svm_or_none(prob, select):
         return max_margin(prob, np.asarray(select)).theta
     except InfeasibleError:
         return None
+
+
+# -- [TFSVM] nonlinear heads: the SVM equivalence (issue 24) -----------------------------------
+
+#: [TFSVM]'s thresholds: a token is selected when its final softmax is at least SVMEQ_SELECTED, masked
+#: when at most SVMEQ_MASKED; a run with a softmax entry between the two, or without a masked token,
+#: is discarded (``multi_token_converge``).
+SVMEQ_SELECTED, SVMEQ_MASKED = 1e-3, 1e-6
+
+
+def _unit_rows(M: np.ndarray) -> np.ndarray:
+    M = M.reshape(M.shape[:-2] + (-1,))
+    return M / np.linalg.norm(M, axis=-1, keepdims=True)
+
+
+def head_optimum(U, y) -> tuple[np.ndarray, np.ndarray]:
+    """The support of the head's best attention ``argmin_{s∈Δ} ℓ(y f(s))``, ``f(s) = 1ᵀ relu(Σ_t s_t U_t)``.
+
+    For ``y = +1`` the head is convex in ``s``, so the best attention is the best single token. For
+    ``y = −1``, ``f`` is minimised: a convex piecewise-linear function on the simplex, whose minimum is
+    at a vertex of the arrangement of the kinks ``Σ_t s_t U_tj = 0`` with the faces of the simplex;
+    every such point (a support ``P`` of ``k`` tokens, ``k − 1`` kinks) is enumerated and solved as a
+    ``k×k`` system, all samples at once. When the minimum is 0 at more than one such point, the
+    optimum is a region (every attention with ``f = 0``): ``region`` is True there.
+
+    Args: ``U`` (m, T, h) the head's values ``Vᵀ x_t``, ``y`` (m,) ±1.
+    Returns ``support`` (m, T) bool and ``region`` (m,) bool.
+
+    >>> import numpy as np
+    >>> U = np.array([[[1.0, -2.0], [-1.0, 1.0]]])        # f(e1) = 1, f(e2) = 1, f(½, ½) = 0
+    >>> head_optimum(U, np.array([-1.0]))[0].tolist(), head_optimum(U, np.array([1.0]))[0].tolist()
+    ([[True, True]], [[True, False]])
+    """
+    U, y = np.asarray(U, float), np.asarray(y, float)
+    m, T, h = U.shape
+    best = np.full(m, np.inf)
+    support = np.zeros((m, T), bool)
+    zeros = np.zeros(m, int)
+    for k in range(1, T + 1):
+        for P in combinations(range(T), k):
+            for J in combinations(range(h), k - 1):
+                M = np.ones((m, k, k))
+                M[:, 1:, :] = np.swapaxes(U[:, list(P)][:, :, list(J)], 1, 2)
+                ok = np.abs(np.linalg.det(M)) > 1e-12
+                s = np.full((m, k), -1.0)
+                rhs = np.zeros((int(ok.sum()), k, 1))
+                rhs[:, 0] = 1.0
+                s[ok] = np.linalg.solve(M[ok], rhs)[..., 0]
+                feasible = ok & (s.min(axis=1) >= -1e-12)
+                value = np.maximum(np.einsum("mk,mkh->mh", s, U[:, list(P)]), 0.0).sum(-1)
+                value = np.where(feasible, value, np.inf)
+                zeros += feasible & (value <= 1e-12) & (s.min(axis=1) > 1e-9)
+                better = value < best - 1e-12
+                best = np.where(better, value, best)
+                support[better] = False
+                rows = np.flatnonzero(better)
+                support[np.ix_(rows, list(P))] = s[better] > 1e-9
+    single = np.maximum(U, 0.0).sum(-1).argmax(axis=1)
+    positive = y > 0
+    support[positive] = np.arange(T) == single[positive, None]
+    region = ~positive & (best <= 1e-12) & (zeros > 1)
+    return support, region
+
+
+@dataclass(frozen=True)
+class SVMEqRuns:
+    """Accepted runs of [TFSVM]'s ReLU-head experiment and their three reference directions.
+
+    Attributes:
+        d_values: the widths; ``candidates``, ``accepted`` (len(d_values),) run counts per width;
+        ``rejected`` reasons → (len(d_values),) counts.
+        d: (A,) width of each accepted run; ``steps`` (R,) recorded steps.
+        one_minus_corr: ``"svmeq"``, ``"mm"`` (``W_dir``), ``"one_token"`` → (A, R), and
+            ``"svmeq_off"`` → (A,) at the last step for the selected set one token off (the control).
+        masked_max: (A,) the largest masked softmax entry of each run.
+        selected, predicted: (A, n, T) the final selected sets and the head's optimum
+        (:func:`head_optimum`); ``region`` (A, n) where that optimum is a region; ``y`` (A, n);
+        ``head_value`` (A, n) the head's output ``f_i`` at the final attention.
+        example: a mixture that beats both of its tokens, ``(f along the edge (101,), the trained
+        attention's weight on the second token, a label)``, or None (:func:`mixture_edge`).
+        seconds: the training time of the stack.
+    """
+
+    d_values: tuple
+    candidates: np.ndarray
+    accepted: np.ndarray
+    rejected: dict
+    d: np.ndarray
+    steps: np.ndarray
+    one_minus_corr: dict
+    masked_max: np.ndarray
+    selected: np.ndarray
+    predicted: np.ndarray
+    region: np.ndarray
+    y: np.ndarray
+    head_value: np.ndarray
+    example: tuple | None
+    seconds: float
+
+
+def mixture_edge(U, y, selected, log_sigma, points: int = 101):
+    """The first ``y = −1`` sample selecting exactly two tokens whose head output along the edge between
+    them dips to at most half its value at the better end, itself at least a tenth of the worse end
+    (a mixture clearly beats both tokens): ``(f (points,), weight,
+    index)`` or None. ``U`` (m, T, h), ``y`` (m,), ``selected`` and ``log_sigma`` (m, T)."""
+    lam = np.linspace(0.0, 1.0, points)[:, None]
+    for i in np.flatnonzero((np.asarray(y) < 0) & (selected.sum(-1) == 2)):
+        a, b = np.flatnonzero(selected[i])
+        f = np.maximum((1 - lam) * U[i, a] + lam * U[i, b], 0.0).sum(-1)
+        better_end = min(f[0], f[-1])
+        if better_end >= 0.1 * f.max() and f.min() <= 0.5 * better_end:  # a visible dip below both tokens
+            return f, float(1.0 / (1.0 + np.exp(log_sigma[i, a] - log_sigma[i, b]))), int(i)
+    return None
+
+
+def _one_token_off(selected: np.ndarray, log_sigma: np.ndarray) -> np.ndarray:
+    """The selected sets with sample 0 of each run one token off: its least-attended selected token
+    dropped when it has two or more, else its most-attended masked token added."""
+    off = selected.copy()
+    ls = log_sigma[:, 0]
+    drop = selected[:, 0].sum(-1) >= 2
+    weakest = np.where(selected[:, 0], ls, np.inf).argmin(-1)
+    strongest = np.where(selected[:, 0], -np.inf, ls).argmax(-1)
+    rows = np.arange(len(off))
+    off[rows, 0, np.where(drop, weakest, strongest)] = ~drop
+    return off
+
+
+def svm_equivalence_runs(
+    d_values=(4, 6, 8, 10), candidates: int = 60, steps: int = 2000, record_every: int = 100, lr=0.1, seed=0
+) -> SVMEqRuns:
+    """[TFSVM] ``multi_token_converge``: ``candidates`` runs per width, all widths trained as one stack.
+
+    NGD from torch's default start on :func:`attnlib.datasets.relu_head_instances` (n = 3, T = 4),
+    one :class:`attnlib.model.ReluHeadStack` for every run of every width (``U`` padded with inert
+    zero columns). A run is kept as the official code keeps it (:data:`SVMEQ_SELECTED`,
+    :data:`SVMEQ_MASKED`, feasible SVMs); its trained ``W`` is compared over the recorded steps with
+    ``W^SVMeq``, ``W_dir`` and the one-token SVM of its final argmax (:func:`attnlib.svm.svm_equivalence`,
+    :func:`attnlib.svm.frobenius_svm_batch`).
+
+    Raises ValueError when no run of any width is kept (too few candidates or steps).
+
+    >>> runs = svm_equivalence_runs(d_values=(4,), candidates=20, steps=1000, seed=0)
+    >>> runs.one_minus_corr["svmeq"].shape[1], int(runs.candidates[0])
+    (11, 20)
+    """
+    check_schedule(steps, lr, record_every)
+    d_values = tuple(int(d) for d in d_values)
+    groups = []
+    for k, d in enumerate(d_values):
+        data = relu_head_instances(candidates, d, seed=[int(seed), k])
+        stack, basis = relu_head_stack(data.X, data.Z, data.V, data.y)
+        groups.append((data, stack, basis, np.einsum("sqk,sq->sk", basis, data.W0.reshape(candidates, -1))))
+    width = max(d_values)
+    joint = ReluHeadStack(
+        np.concatenate([g[1].A for g in groups]),
+        np.concatenate([np.pad(g[1].U, [(0, 0)] * 3 + [(0, width - g[1].U.shape[-1])]) for g in groups]),
+        np.concatenate([g[1].y for g in groups]),
+        "logistic",
+    )
+    traj = train(joint, np.concatenate([g[3] for g in groups]), steps, "ngd", lr, record_every, progress=False)
+    log_sigma_all = joint.terms_from_flat(traj.theta[-1]).log_sigma
+    example = None
+    parts, rejected = [], {"in between": [], "no masked token": [], "infeasible SVM": []}
+    for k, (data, _stack, basis, theta0) in enumerate(groups):
+        rows = slice(k * candidates, (k + 1) * candidates)
+        log_sigma = log_sigma_all[rows]
+        sigma = np.exp(log_sigma)
+        between = ((sigma > SVMEQ_MASKED) & (sigma < SVMEQ_SELECTED)).any(axis=(1, 2))
+        no_mask = ~between & ~(sigma <= SVMEQ_MASKED).any(axis=(1, 2))
+        keep = np.flatnonzero(~between & ~no_mask)
+        rejected["in between"].append(int(between.sum()))
+        rejected["no masked token"].append(int(no_mask.sum()))
+        d = d_values[k]
+        if not keep.size:
+            rejected["infeasible SVM"].append(0)
+            continue
+        moved = np.einsum("sqk,rsk->rsq", basis[keep], traj.theta[:, rows][:, keep] - theta0[keep])
+        W = data.W0[keep] + moved.reshape(moved.shape[:2] + (d, d))  # (R, a, d, d)
+        X, Z, ls = data.X[keep], data.Z[keep], log_sigma[keep]
+        selected = np.exp(ls) >= SVMEQ_SELECTED
+        eq = svm_equivalence(X, Z, selected, ls, W[-1])
+        off = svm_equivalence(X, Z, _one_token_off(selected, ls), ls, W[-1])
+        top = ls.argmax(-1)
+        others = np.arange(X.shape[2]) != top[..., None]
+        a = (np.take_along_axis(X, top[..., None, None], axis=2) - X)[others].reshape(len(keep), -1, d)
+        z = np.repeat(Z, X.shape[2] - 1, axis=1)
+        one = frobenius_svm_batch(a, z)
+        ok = eq.solved & one.certified & off.solved
+        rejected["infeasible SVM"].append(int((~ok).sum()))
+        W, unit = W[:, ok], _unit_rows(W[:, ok])
+        corr = {
+            name: np.einsum("rap,ap->ar", unit, _unit_rows(ref[ok]))
+            for name, ref in (("svmeq", eq.W_eq), ("mm", eq.W_dir), ("one_token", one.W))
+        }
+        corr["svmeq_off"] = corr["svmeq"][:, -1] * 0 + np.einsum("ap,ap->a", unit[-1], _unit_rows(off.W_eq[ok]))
+        y = data.y[keep][ok]
+        U = (X @ data.V[keep][:, None])[ok]
+        predicted, region = head_optimum(U.reshape(-1, *U.shape[2:]), y.ravel())
+        masked = np.where(selected[ok], 0.0, np.exp(ls[ok])).max(axis=(1, 2))
+        head_value = np.maximum(np.einsum("ant,anth->anh", np.exp(ls[ok]), U), 0.0).sum(-1)
+        if example is None:
+            flat = lambda v: v.reshape((-1,) + v.shape[2:])  # noqa: E731
+            found = mixture_edge(flat(U), y.ravel(), flat(selected[ok]), flat(ls[ok]))
+            if found is not None:
+                example = (found[0], found[1], f"d = {d}, run {found[2] // y.shape[1]}, sample {found[2] % y.shape[1]}")
+        parts.append(
+            (
+                np.full(ok.sum(), d),
+                corr,
+                masked,
+                selected[ok],
+                predicted.reshape(y.shape + (-1,)),
+                region.reshape(y.shape),
+                y,
+                head_value,
+            )
+        )
+    if not parts:
+        raise ValueError(
+            f"no run was kept out of {candidates} candidates per width after {steps} steps: raise candidates or steps"
+        )
+    cat = lambda j: np.concatenate([p[j] for p in parts])  # noqa: E731
+    one_minus = {name: 1.0 - np.concatenate([p[1][name] for p in parts]) for name in parts[0][1]}
+    return SVMEqRuns(
+        d_values,
+        np.full(len(d_values), candidates),
+        np.array([int((cat(0) == d).sum()) for d in d_values]),
+        {key: np.array(v) for key, v in rejected.items()},
+        cat(0),
+        traj.steps,
+        one_minus,
+        cat(2),
+        cat(3),
+        cat(4),
+        cat(5),
+        cat(6),
+        cat(7),
+        example,
+        float(traj.seconds[-1]),
+    )
+
+
+#: The checks' stated levels: a run is *well masked* when its largest masked softmax is at most
+#: SVMEQ_WELL_MASKED ([TFSVM]'s scatter: below it ``1 − corr`` sits near 1e-3); W^SVMeq must be
+#: closer than the one-token SVM by SVMEQ_FACTOR (one decade) in ``1 − corr`` (geometric mean over
+#: the runs); the head's prediction must hold on a share SVMEQ_AGREEMENT of the samples of the
+#: well-masked runs.
+SVMEQ_WELL_MASKED, SVMEQ_FACTOR, SVMEQ_AGREEMENT = 1e-12, 10.0, 0.9
+
+
+def head_agreement(runs: SVMEqRuns, one_token_off: bool = False) -> np.ndarray:
+    """Does each sample's final selected set match what the head's optimum predicts? (A, n) bool.
+
+    ``y = +1``: the head is convex in the attention, so its optimum over the simplex is a vertex: one
+    token is selected (which one is the local-convergence question of this page). ``y = −1``: ``f`` is
+    minimised, a convex problem, and the support of its minimiser (:func:`head_optimum`) is predicted.
+    Where that minimum is 0 on a whole region (``runs.region``) the head predicts no set: those
+    samples are left out by :func:`svmeq_statistics`. ``one_token_off=True`` is the control: every
+    prediction one token off (two tokens for ``y = +1``; token 1's membership flipped for ``y = −1``).
+    """
+    size = runs.selected.sum(-1)
+    predicted = runs.predicted.copy()
+    if one_token_off:
+        predicted[..., 0] = ~predicted[..., 0]
+    negative = (runs.selected == predicted).all(-1)
+    return np.where(runs.y > 0, size == (2 if one_token_off else 1), negative)
+
+
+def svmeq_statistics(runs: SVMEqRuns) -> dict:
+    """The page's check values on the well-masked runs: ``1 − corr`` ratios (geometric means over runs)
+    and the shares of samples whose selected set is the head's prediction (and the control's).
+
+    The ratios are taken over the well-masked runs with a *mixture* (a sample selecting two tokens or
+    more): without one, ``W_fin = 0`` and ``W_dir`` is the one-token SVM, so the three coincide.
+    """
+    well = runs.masked_max <= SVMEQ_WELL_MASKED
+    mixed = well & (runs.selected.sum(-1) >= 2).any(-1)
+    decided = well[:, None] & ~runs.region
+    negative = decided & (runs.y < 0)
+    final = {name: (v if v.ndim == 1 else v[:, -1])[mixed] for name, v in runs.one_minus_corr.items()}
+
+    def geometric_ratio(top, bottom):  # geometric mean over the runs of the ratio of the final 1 − corr
+        return float(np.exp(np.mean(np.log(final[top] / final[bottom])))) if mixed.any() else np.nan
+
+    return {
+        "well_masked": int(well.sum()),
+        "mixed_runs": int(mixed.sum()),
+        "median": {name: float(np.median(v)) if v.size else np.nan for name, v in final.items()},
+        "ratio_one_token": geometric_ratio("svmeq", "one_token"),
+        "ratio_mm": geometric_ratio("svmeq", "mm"),
+        "ratio_mm_one_token": geometric_ratio("mm", "one_token"),
+        "ratio_off": geometric_ratio("svmeq_off", "one_token"),
+        "decided_samples": int(decided.sum()),
+        "agreement": float(head_agreement(runs)[decided].mean()) if decided.any() else np.nan,
+        "agreement_off": float(head_agreement(runs, True)[decided].mean()) if decided.any() else np.nan,
+        "negative_agreement": float(head_agreement(runs)[negative].mean()) if negative.any() else np.nan,
+        # label +1: a convex head has no stationary mixture, so every such input selects one token
+        "positive_mixtures": int((well[:, None] & (runs.y > 0) & (runs.selected.sum(-1) >= 2)).sum()),
+        # the control: the same count on the label −1 inputs (concave head: mixtures can win)
+        "negative_mixtures": int((well[:, None] & (runs.y < 0) & (runs.selected.sum(-1) >= 2)).sum()),
+        "mixtures": int((runs.selected.sum(-1) >= 2)[well].sum()),
+    }

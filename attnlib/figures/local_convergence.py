@@ -24,6 +24,8 @@ __all__ = [
     "basin_explorer_frame",
     "selection_alignment_curves",
     "local_path_curves",
+    "SVMEQ_COLORS",
+    "svm_equivalence_panels",
 ]
 
 
@@ -232,4 +234,69 @@ def local_path_curves(axes, cases):
     axes[1].set_title("(b) not locally optimal")
     for ax in axes:
         ax.legend()
+    return axes
+
+
+#: One colour per width of [TFSVM]'s ReLU-head experiment (the official figure's order).
+SVMEQ_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:cyan")
+SVMEQ_STYLES = {
+    "svmeq": ("-", r"$W^{\mathrm{SVMeq}}$"),
+    "mm": (":", r"$W^{\mathrm{mm}}$"),
+    "one_token": ("--", r"$W^{\mathrm{1token}}$"),
+}
+
+
+def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
+    """[TFSVM] ``multi_token_converge``'s two panels, and a mixture that beats both its tokens.
+
+    (a) geometric mean over the accepted runs of each width of ``1 − corr(W(t), ·)`` for ``W^SVMeq``,
+    ``W_mm`` (= ``W_dir``) and the one-token SVM; (b) the largest masked softmax of each run against
+    its final ``1 − corr(W, W^SVMeq)`` (filled: a run with a mixture; the line: ``well_masked``);
+    (c) if ``mixture = (f, weights, label)`` is given, the head output ``f`` along the edge between
+    two tokens of a ``y = −1`` sample, with the trained attention's weight marked.
+    """
+    ax_a, ax_b = axes[0], axes[1]
+    for color, d in zip(SVMEQ_COLORS, runs.d_values):
+        mine = runs.d == d
+        if not mine.any():
+            continue
+        for name, (style, label) in SVMEQ_STYLES.items():
+            curve = np.exp(np.log(np.maximum(runs.one_minus_corr[name][mine], 1e-300)).mean(axis=0))
+            ax_a.plot(runs.steps, curve, style, color=color, label=f"{label}, d = {d}" if name == "svmeq" else None)
+        mixed = (runs.selected[mine].sum(-1) >= 2).any(-1)
+        final = runs.one_minus_corr["svmeq"][mine, -1]
+        ax_b.scatter(runs.masked_max[mine][mixed], final[mixed], color=color, s=18, label=f"d = {d}")
+        ax_b.scatter(runs.masked_max[mine][~mixed], final[~mixed], facecolors="none", edgecolors=color, s=18)
+    for style, label in SVMEQ_STYLES.values():
+        ax_a.plot([], [], style, color="0.3", label=label)
+    ax_a.set(
+        yscale="log",
+        xlabel="NGD iteration",
+        ylabel="1 − corr(W(t), reference)",
+        title="(a) distance to the three references",
+    )
+    ax_a.legend(fontsize=7, ncol=2)
+    ax_b.axvline(well_masked, color="0.5", lw=0.8)
+    ax_b.set(
+        xscale="log",
+        yscale="log",
+        xlabel="largest masked softmax of the run",
+        ylabel=r"final 1 − corr(W, $W^{\mathrm{SVMeq}}$)",
+        title="(b) masking and the SVM equivalence",
+    )
+    ax_b.legend(fontsize=7)
+    for ax, axis in ((ax_a, "y"), (ax_b, "both")):  # few log tick labels: their mathtext is most of the cost
+        ax.locator_params(axis=axis, numticks=5)
+        ax.minorticks_off()
+    if mixture is not None and len(axes) > 2:
+        f, weights, label = mixture
+        lam = np.linspace(0.0, 1.0, len(f))
+        axes[2].plot(lam, f, color=COLORS["global"])
+        axes[2].axvline(weights, color=COLORS["local"], lw=1, label="trained attention")
+        axes[2].set(
+            xlabel="weight on the second token",
+            ylabel="head output f (label −1: lower is better)",
+            title=f"(c) {label}",
+        )
+        axes[2].legend(fontsize=7)
     return axes

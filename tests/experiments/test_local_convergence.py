@@ -139,3 +139,35 @@ def test_score_basin_explorer_caches_shares_and_redraws(fig1b):
     assert len(fig.axes) == 1 and len(ax.images) == 1 and ax.lines[0].get_xydata()[0].tolist() == [1.0, 2.0]
     assert "0.00" in ax.get_title()
     assert np.all(ex.maps[0.9] != 1)  # at 0.9 the non-optimal scores tie: no local basin
+
+
+def test_head_optimum_matches_a_linear_program():
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(0)
+    m, T, h = 40, 4, 6
+    U = rng.normal(size=(m, T, h))
+    support, region = al.experiments.local_convergence.head_optimum(U, -np.ones(m))
+    for i in range(m):  # min Σ r_j s.t. r_j ≥ U_jᵀ s, r ≥ 0, s in the simplex
+        c = np.concatenate([np.zeros(T), np.ones(h)])
+        A_ub = np.hstack([U[i].T, -np.eye(h)])
+        res = linprog(c, A_ub=A_ub, b_ub=np.zeros(h), A_eq=[[1.0] * T + [0.0] * h], b_eq=[1.0], bounds=(0, None))
+        if res.fun <= 1e-9:
+            continue  # a zero region or a zero vertex: the support is not unique
+        assert not region[i]
+        np.testing.assert_array_equal(support[i], res.x[:T] > 1e-7)
+    positive, _ = al.experiments.local_convergence.head_optimum(U, np.ones(m))
+    np.testing.assert_array_equal(positive.argmax(1), np.maximum(U, 0).sum(-1).argmax(1))
+
+
+def test_svm_equivalence_runs_small():
+    runs = al.experiments.local_convergence.svm_equivalence_runs(d_values=(4, 6), candidates=30, steps=600, seed=0)
+    assert runs.candidates.tolist() == [30, 30]
+    assert set(runs.d.tolist()) <= {4, 6} and len(runs.d) == runs.accepted.sum()
+    assert (runs.masked_max <= al.experiments.local_convergence.SVMEQ_MASKED).all()
+    for name in ("svmeq", "mm", "one_token"):
+        assert runs.one_minus_corr[name].shape == (len(runs.d), len(runs.steps))
+    # at the last step W^SVMeq is the projection of W on span{W_fin, W_dir}: never farther than W_dir
+    assert np.all(runs.one_minus_corr["svmeq"][:, -1] <= runs.one_minus_corr["mm"][:, -1] + 1e-12)
+    stats = al.experiments.local_convergence.svmeq_statistics(runs)
+    assert stats["agreement_off"] < al.experiments.local_convergence.SVMEQ_AGREEMENT

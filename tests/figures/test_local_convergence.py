@@ -92,3 +92,14 @@ def test_selection_alignment_and_local_path_curves():
     assert len(axes[1].get_lines()) == 2 * (len(cases) - n_local)
     table = al.experiments.local_convergence.local_path_table(cases)
     assert table.count("\n") == len(cases) + 1 and "| Fig. 1(b) | (3,) | no | all above |" in table
+
+
+def test_svm_equivalence_panels_draw_three_references_and_the_scatter():
+    ex = al.experiments.local_convergence
+    runs = ex.svm_equivalence_runs(d_values=(4,), candidates=20, steps=1000, seed=0)
+    fig, axes = plt.subplots(1, 3)
+    example = (np.array([1.0, 0.2, 0.6]), 0.5, "a mixture")
+    al.figures.local_convergence.svm_equivalence_panels(axes, runs, ex.SVMEQ_WELL_MASKED, example)
+    assert len(axes[0].lines) >= 3  # W^SVMeq, W_mm and the one-token SVM for d = 4
+    assert axes[1].collections and axes[1].get_xscale() == "log"
+    assert axes[2].lines and "mixture" in axes[2].get_title()
