@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import expit
 
 from .. import datasets
 from ..metrics import curves, direction_error, normalized_margin
@@ -24,6 +25,7 @@ __all__ = [
     "solve_each",
     "Comparison",
     "compare_methods",
+    "logistic_gd_final",
     "ends_off_opt",
     "local_selection",
     "SelectionSweep",
@@ -120,6 +122,38 @@ def compare_methods(
         runs[method] = train_many(problems, horizon, method, rate, polyak_max_step=polyak_max_step)
         measured[method] = curves(problems, runs[method], solutions)
     return Comparison(runs, measured)
+
+
+def logistic_gd_final(data: Sequence[tuple], steps: int, lr: float) -> np.ndarray:
+    """Plain GD from ``w = 0`` on linear logistic regression, every data set at once: the last iterates.
+
+    ``L(w) = (1/n) Σ_i log(1 + exp(−y_i wᵀx_i))``, ``w ← w + (η/n) Σ_i sigmoid(−y_i wᵀx_i) y_i x_i``:
+    the iteration :func:`attnlib.train` runs with ``method="gd"`` on
+    :func:`attnlib.model.logistic_regression` ``(X, y)`` (the same numbers within rounding), without
+    its per-step records, stopping rules and log-space gradient, about twenty times faster. For
+    separable data the margins grow like ``log t``, so the sigmoid stays far from underflow.
+
+    Args: ``data`` S pairs ``(X (n, d), y (n,))`` of equal shapes; ``steps`` iterations; ``lr`` the step η.
+    Returns ``w_steps``: (S, d).
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.separable_data(10, 2, 0)
+    >>> w = logistic_gd_final([(X, y)], 200, 2.0)
+    >>> run = al.train(al.model.logistic_regression(X, y), np.zeros(2), 200, method="gd", lr=2.0)
+    >>> bool(np.allclose(w[0], run.theta[-1, 0], rtol=1e-12))
+    True
+    """
+    if steps < 0 or int(steps) != steps:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    signed = np.stack([np.asarray(y, float)[:, None] * np.asarray(X, float) for X, y in data])  # (S, n, d)
+    signed_t = np.ascontiguousarray(signed.transpose(0, 2, 1))
+    w = np.zeros(signed.shape[::2] + (1,))  # (S, d, 1): batched matrix products, one call each
+    step = lr / signed.shape[1]
+    for _ in range(int(steps)):
+        w += step * (signed_t @ expit(-(signed @ w)))
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"GD diverged: lr = {lr} is too large for these data")
+    return w[..., 0]
 
 
 def ends_off_opt(problems: Sequence[TokenSelectionProblem], traj: Trajectory, unstopped: bool = False) -> np.ndarray:
