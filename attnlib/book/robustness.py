@@ -315,11 +315,15 @@ def run_robustness(
     table_dir: str | os.PathLike | None = None,
     fixed: dict | None = None,
     progress: bool = True,
+    checks_only: bool = True,
 ) -> dict:
     """Sweep every chapter over ``seeds``; write its table and the sweep's record; return the record.
 
     ``fixed`` holds parameter values applied to every chapter that defines them (for cheap test
-    runs); the committed tables are made with each chapter's defaults.
+    runs); the committed tables are made with each chapter's defaults. ``checks_only`` (the
+    default): the points draw no figure and no explorer, since a table holds only the checks
+    (:func:`attnlib.book.run.execute_notebook`); the test suite reruns two seeds per chapter with
+    everything drawn and requires the table's verdicts.
     """
     root = Path(root)
     unknown = [c for c in chapters if not (root / "notebooks" / f"{c}.ipynb").exists()]
@@ -345,6 +349,7 @@ def run_robustness(
             backend=backend,
             scheduler=scheduler,
             progress=progress,
+            checks_only=checks_only,
         )
         # The table describes this run only: rows of earlier grids in the sweep's folder (another
         # version of the chapter, the same seeds) stay in the sweep's own results, not in the table.
@@ -353,6 +358,7 @@ def run_robustness(
         record["chapters"][chapter].update(
             backend=backend if scheduler is None else f"dask ({scheduler})",
             jobs=jobs,
+            checks_only=checks_only,
             wall_s=round(time.perf_counter() - start, 1),
         )
         write_json_atomically(table_dir / "sweep.json", record)
@@ -414,6 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
     parser.add_argument("-o", "--out", help=f"folder of the tables (default {TABLE_DIR})")
     parser.add_argument(
+        "--draw",
+        action="store_true",
+        help="draw every figure and explorer as the book does (default: checks only, faster; same checks)",
+    )
+    parser.add_argument(
         "--collect",
         action="store_true",
         help="run nothing: rewrite the tables and the record from the points already executed in _build/robustness",
@@ -431,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             backend=args.backend,
             scheduler=args.scheduler,
             table_dir=args.out,
+            checks_only=not args.draw,
         )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
