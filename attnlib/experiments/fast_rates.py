@@ -9,8 +9,8 @@ and :func:`attnlib.model.reduce_to_span`; the data :mod:`attnlib.datasets`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,6 +150,8 @@ def logistic_descent(data: Sequence[tuple], steps: int, method: str, lr: float, 
     """
     if method not in ("gd", "ngd"):
         raise ValueError(f"method must be 'gd' or 'ngd', got {method!r}")
+    if not (np.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive finite step size, got {lr!r}")
     record = log_steps(steps) if record is None else record_schedule(steps, 1, record)
     problems = stack_problems([logistic_regression(X, y) for X, y in data])
     signed = np.stack([np.asarray(y, float)[:, None] * np.asarray(X, float) for X, y in data])  # (S, n, d)
@@ -197,6 +199,7 @@ def compare_logistic(data: Sequence[tuple], solutions: Sequence[MaxMarginSolutio
     problems = [logistic_regression(X, y) for X, y in data]
     runs = {m: logistic_descent(data, steps, m, rate) for m, rate in lr.items()}
     return Comparison(runs, {m: curves(problems, run, solutions) for m, run in runs.items()})
+
 
 def ends_off_opt(problems: Sequence[TokenSelectionProblem], traj: Trajectory, unstopped: bool = False) -> np.ndarray:
     """Indices of the trajectories whose last parameters do not select every optimal token.
