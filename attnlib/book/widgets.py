@@ -67,12 +67,19 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
     """
     import matplotlib.pyplot as plt
 
+    pad = plt.rcParams["savefig.pad_inches"]
     if dpi is None:
-        pad = plt.rcParams["savefig.pad_inches"]
         # Any canvas, pyplot's or a bare Figure's; 2% to spare: the crop is measured again when saving.
         dpi = 1.02 * explorer_dpi(fig.get_tightbbox().width + 2 * pad)
+    crop = "tight"
+    if fig.get_layout_engine() is None:
+        # The crop measured once, at the picture's dpi: bbox_inches="tight" costs savefig a layout pass
+        # (a draw without rendering) before it measures the same box. A layout engine (constrained
+        # layout) moves the axes during that pass, so such a figure keeps "tight".
+        fig.set_dpi(dpi)
+        crop = fig.get_tightbbox().padded(pad)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches=crop)
     plt.close(fig)
     return buf.getvalue()
 
