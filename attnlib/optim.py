@@ -69,6 +69,7 @@ __all__ = [
     "FactorTrajectory",
     "kq_init",
     "train_kq",
+    "ngd_cross_attention",
     "train_problems",
     "MirrorDescent",
     "SignDescent",
@@ -421,6 +422,10 @@ class _Loop:
 
     def stop_unusable(self, finite: np.ndarray, g_norm: np.ndarray, log_scale: np.ndarray) -> None:
         """Stop where a value is not finite, then where the gradient ``exp(log_scale)·g`` is exactly 0."""
+        # The common case, every member usable, in one pass (this runs at every step of every trainer);
+        # ``log_scale > -inf`` is False on NaN and on -inf, as the two tests below require.
+        if (finite & np.isfinite(g_norm) & (g_norm != 0) & (log_scale > -np.inf)).all():
+            return
         bad = self.active & ~(finite & np.isfinite(g_norm) & ~np.isnan(log_scale))
         zero = self.active & ~bad & ((g_norm == 0) | (log_scale == -np.inf))
         self.stop(bad, "non-finite value")
@@ -1052,6 +1057,117 @@ def train_kq(
     )
 
 
+def _cross_attention_descent(X, gamma, Z, W, absent=None):
+    """Steepest-descent direction of the logistic loss of cross-attention, up to a positive factor per run.
+
+    ``X`` (B, n, T, d), ``gamma`` (B, n, T) token scores ``y_i uᵀx_it``, ``Z`` (B, n, d_z), ``W`` (B, d, d_z).
+    ``−∇L = (1/n) Σ_i σ(−m_i) Σ_t p_it (γ_it − m_i) x_it z_iᵀ`` with ``m_i = Σ_t p_it γ_it``, written
+    cancellation-free as ``γ_it − m_i = Σ_s p_is (γ_it − γ_is)`` and in log space: every weight
+    ``σ(−m_i) p_it p_is`` is ``exp`` of a sum of logs, shifted by its largest value per run, so the
+    direction is exact at any ``‖W‖`` (softmax saturated to far below the smallest float).
+    ``absent`` (B, n, T) bool, optional: padding tokens, left out of the softmax (each input keeps one).
+    Returns ``G`` (B, d, d_z) and ``log_scale`` (B,) with ``−∇L = exp(log_scale) · G / n``.
+    """
+    logits = ((X @ W[:, None]) @ Z[..., None])[..., 0]  # (B, n, T, d_z) @ (B, n, d_z, 1)
+    if absent is not None:  # padding tokens: logit −∞, softmax weight exactly 0
+        logits = np.where(absent, -np.inf, logits)
+    top = logits.max(axis=-1, keepdims=True)
+    log_p = logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
+    margin = np.sum(np.exp(log_p) * gamma, axis=-1)  # (B, n), bounded by max |γ|
+    log_weight = -np.logaddexp(0.0, margin)[..., None, None] + log_p[..., :, None] + log_p[..., None, :]
+    # the pairs t = s carry γ_it − γ_it = 0: left out of the shift, which they would set at saturation
+    # (their weight ~ 1 against the e^(−gap) of the pairs that matter, which would underflow to 0)
+    T = logits.shape[-1]
+    log_weight[..., np.arange(T), np.arange(T)] = -np.inf
+    log_scale = log_weight.max(axis=(1, 2, 3))
+    weight = np.exp(log_weight - log_scale[:, None, None, None])  # (B, n, T, T)
+    coef = np.sum(weight * (gamma[..., :, None] - gamma[..., None, :]), axis=-1)  # (B, n, T)
+    keys = (coef[:, :, None, :] @ X)[:, :, 0]  # (B, n, d): Σ_t coef_it x_it
+    return np.swapaxes(keys, 1, 2) @ Z, log_scale
+
+
+def ngd_cross_attention(
+    X, y, u, Z, steps: int, lr: float = 0.1, K0=None, Q0=None, factorised=None, record_steps=None, tokens=None
+):
+    """Normalised GD on many small cross-attention problems at once, ``W`` runs and ``(K, Q)`` runs in one loop.
+
+    The model of :func:`attnlib.model.self_attention` with queries ``Z`` and the logistic loss: logits
+    ``x_itᵀ W z_i``, scores ``γ_it = y_i uᵀ x_it``. A ``W`` run moves ``W ← W − η ∇L/‖∇L‖`` from 0 (as
+    :func:`train` with ``"ngd"``); a factorised run moves ``K`` and ``Q`` of ``W = K Qᵀ`` each by
+    ``η`` along its own normalised gradient (``∇_K L = ∇_W L Q``, ``∇_Q L = (∇_W L)ᵀ K``; as
+    :func:`train_kq` with ``normalize="separate"``, the official [TFSVM] code), a factor with an exactly
+    zero gradient staying put. The same trajectories as those trainers, to rounding; this one has no
+    per-problem machinery, which makes it about ten times faster on problems with a few tokens (where
+    the generic trainers' per-step overhead dominates). The direction comes from
+    :func:`_cross_attention_descent` (log space, cancellation-free).
+
+    Args:
+        X: (B, n, T, d) tokens.  y: (B, n) labels ±1.  u: (B, d) decoders.  Z: (B, n, d_z) queries.
+        steps, lr: NGD iterations and step.  K0, Q0: (B, d, m), (B, d_z, m) starting factors (used
+            by the factorised runs; default: no factorised run).  factorised: (B,) bool, which runs
+            train ``(K, Q)`` (default: all if ``K0`` is given, else none).  record_steps: as in :func:`train`.
+        tokens: (B,) number of real tokens of each run's inputs (default: all ``T``); the others are
+            padding, outside the softmax, so problems with different ``T`` share one loop.
+
+    Returns: ``(steps, W)``: the recorded steps (R,) and the matrices ``W`` (or ``K Qᵀ``) there, (R, B, d, d_z).
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y, u, Z, _ = al.datasets.rank_instance(3, 4, 2, seed=0)
+    >>> rec, W = ngd_cross_attention(X[None], y[None], u[None], Z[None], steps=50)
+    >>> p = al.self_attention(X, y, u, Z)
+    >>> ref = train(p, np.zeros((1, 2, 2)), 50, "ngd", 0.1, progress=False).final[0]
+    >>> rec.tolist(), bool(np.allclose(W[-1, 0], ref, atol=1e-10))
+    ([50], True)
+    """
+    X, y, u, Z = (np.asarray(a, float) for a in (X, y, u, Z))
+    if X.ndim != 4 or y.shape != X.shape[:2] or u.shape != (X.shape[0], X.shape[3]) or Z.shape[:2] != X.shape[:2]:
+        raise ValueError(
+            "X must be (B, n, T, d), y (B, n), u (B, d) and Z (B, n, d_z), "
+            f"got {X.shape}, {y.shape}, {u.shape}, {Z.shape}"
+        )
+    gamma = y[..., None] * (X @ u[:, None, :, None])[..., 0]
+    return _ngd_cross(X, gamma, Z, steps, lr, K0, Q0, factorised, record_steps, tokens)
+
+
+def _ngd_cross(X, gamma, Z, steps, lr, K0, Q0, factorised, record_steps, tokens=None):
+    """:func:`ngd_cross_attention` from the token scores ``gamma`` (B, n, T) (validated shapes)."""
+    check_schedule(steps, lr, 1)
+    B, d, d_z = X.shape[0], X.shape[3], Z.shape[2]
+    record = record_schedule(steps, record_steps=[steps] if record_steps is None else record_steps)
+    if K0 is None:
+        K, Q = np.zeros((B, d, 1)), np.zeros((B, d_z, 1))
+        kq = np.zeros(B, bool) if factorised is None else np.asarray(factorised, bool)
+        if kq.any():
+            raise ValueError("factorised runs need K0 and Q0")
+    else:
+        K, Q = np.array(K0, float), np.array(Q0, float)
+        kq = np.ones(B, bool) if factorised is None else np.asarray(factorised, bool)
+        if K.shape[:2] != (B, d) or Q.shape[:2] != (B, d_z) or K.shape[2] != Q.shape[2]:
+            raise ValueError(f"K0 must be ({B}, {d}, m) and Q0 ({B}, {d_z}, m), got {K.shape} and {Q.shape}")
+    if kq.shape != (B,):
+        raise ValueError(f"factorised must be {B} booleans, got shape {kq.shape}")
+    absent = None
+    if tokens is not None:
+        tokens = np.asarray(tokens)
+        if tokens.shape != (B,) or np.any(tokens < 1) or np.any(tokens > X.shape[2]):
+            raise ValueError(f"tokens must be {B} integers in [1, {X.shape[2]}], got {tokens!r}")
+        absent = np.broadcast_to(np.arange(X.shape[2]) >= tokens[:, None, None], X.shape[:3])
+        gamma = np.where(absent, 0.0, gamma)
+    W = np.where(kq[:, None, None], K @ np.swapaxes(Q, 1, 2), 0.0)
+    out, r = np.empty((len(record), B, d, d_z)), 0
+    unit = lambda G: G / np.where((n := np.linalg.norm(G, axis=(1, 2))) > 0, n, 1.0)[:, None, None]  # noqa: E731
+    for step in range(steps + 1):
+        if r < len(record) and record[r] == step:
+            out[r], r = W, r + 1
+        if step == steps:
+            break
+        G, _ = _cross_attention_descent(X, gamma, Z, W, absent)
+        descent_K, descent_Q = factor_grad(G, K, Q)  # the chain rule is linear: descent directions of K, Q
+        K, Q = K + lr * unit(descent_K), Q + lr * unit(descent_Q)
+        W = np.where(kq[:, None, None], K @ np.swapaxes(Q, 1, 2), W + lr * unit(G))
+    return record, out
+
+
 def train_problems(
     problems,
     theta0,
@@ -1325,13 +1441,16 @@ class Adam(StepRule):
         t = state["t"]
         first = t == 1
         # Moments in units of exp(log_scale): rescale the old ones to the new unit.
-        shift = np.zeros_like(log_scale) if first else np.exp(np.clip(state["scale"] - log_scale, -700, 700))
+        # np.minimum/np.maximum: np.clip's numbers (NaN and ±inf alike) at a fraction of its call cost
+        shift = (
+            np.zeros_like(log_scale) if first else np.exp(np.minimum(np.maximum(state["scale"] - log_scale, -700), 700))
+        )
         state["m"] = self.beta1 * shift[:, None] * state["m"] + (1 - self.beta1) * g
         state["v"] = self.beta2 * (shift**2)[:, None] * state["v"] + (1 - self.beta2) * g * g
         state["scale"] = np.where(np.isfinite(log_scale), log_scale, state["scale"])
         m_hat = state["m"] / (1 - self.beta1**t)
         v_hat = state["v"] / (1 - self.beta2**t)
-        eps = self.eps * np.exp(-np.clip(log_scale, -700, 700))[:, None]
+        eps = self.eps * np.exp(-np.minimum(np.maximum(log_scale, -700), 700))[:, None]
         with np.errstate(invalid="ignore", divide="ignore"):
             step = np.where(m_hat != 0, m_hat / (np.sqrt(v_hat) + eps), 0.0)
         return flat - lrs[:, None] * step
@@ -1362,12 +1481,15 @@ class RuleBlocks(StepRule):
             raise ValueError("rules must be StepRules, one per entry of sizes")
         if any(r.needs_loss for r in self.rules):
             raise ValueError("RuleBlocks does not support rules that need the loss (the Polyak step)")
+        # The blocks' slices, computed once: update() runs at every step of the loop.
+        ends = np.cumsum(self.sizes)
+        object.__setattr__(self, "_block_slices", [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)])
 
     def _slices(self, B: int):
-        ends = np.cumsum(self.sizes)
-        if ends[-1] != B:
-            raise ValueError(f"the blocks hold {int(ends[-1])} trajectories, the batch {B}")
-        return [slice(int(e - n), int(e)) for e, n in zip(ends, self.sizes)]
+        total = self._block_slices[-1].stop
+        if total != B:
+            raise ValueError(f"the blocks hold {total} trajectories, the batch {B}")
+        return self._block_slices
 
     def init_state(self, flat, shape):
         return [

@@ -54,7 +54,17 @@ def run_mutant(mutant: str, chapter: str, out: Path) -> dict:
     passed) and ``crashed`` (the notebook raised before or outside its checks)."""
     executed = out / f"{mutant}-{chapter}.ipynb"
     env = {**os.environ, "ATTNLIB_MUTANT": mutant, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "attnlib", "run", str(chapter_notebook(chapter)), "-o", str(executed)]
+    # Checks only: a mutant is caught by the checks, and nothing drawn changes them (tests/test_robustness.py)
+    command = [
+        sys.executable,
+        "-m",
+        "attnlib",
+        "run",
+        str(chapter_notebook(chapter)),
+        "-o",
+        str(executed),
+        "--checks-only",
+    ]
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     summary_file = executed.with_suffix(".json")
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {"status": "failed", "checks": []}
@@ -82,6 +92,23 @@ def test_every_mutant_of_the_matrix_exists_and_every_chapter_is_found():
     assert set(MATRIX) == set(MUTANTS)
     for chapter in {c for chapters in MATRIX.values() for c in chapters}:
         assert chapter_notebook(chapter).exists()
+
+
+def test_every_mutant_still_reaches_the_library():
+    """Each mutant plants into today's attnlib (a renamed function made one plant nothing, silently, for a
+    round): one process imports attnlib once per mutant and applies it."""
+    code = (
+        "import sys, attnlib\n"
+        "from attnlib.book import mutants\n"
+        "count = mutants.apply(sys.argv[1])\n"
+        "assert count > 0, count\n"
+    )
+    for mutant in MUTANTS:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("ATTNLIB_MUTANT", None)
+        proc = subprocess.run([sys.executable, "-c", code, mutant], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{mutant}: {proc.stderr[-500:]}"
+        assert "MUTANT PLANTED" in proc.stderr, mutant
 
 
 def test_an_unknown_mutant_is_refused_with_the_allowed_names():

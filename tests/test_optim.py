@@ -547,3 +547,66 @@ def test_study_offset_exponent_is_the_judged_statistic_and_grows_for_a_wrong_ref
         assert study.offset_exponent(key, own) == pytest.approx(r["exponent"], rel=1e-12, abs=1e-12)
         toward = np.random.default_rng(1).standard_normal(own.shape)
         assert study.offset_exponent(key, al.metrics.rotate_toward(own, toward, 20.0)) > 0.5
+
+
+def _cross_batch(S=3, n=4, T=5, d=3, seed=0):
+    data = [al.datasets.rank_instance(n, T, d, seed + s) for s in range(S)]
+    return [np.stack([e[k] for e in data]) for k in range(4)]
+
+
+def test_cross_attention_descent_is_minus_the_gradient_by_finite_differences():
+    X, y, u, Z = _cross_batch()
+    gamma = y[..., None] * (X @ u[:, None, :, None])[..., 0]
+    W = 0.7 * np.random.default_rng(1).standard_normal((3, 3, 3))
+    G, log_scale = al.optim._cross_attention_descent(X, gamma, Z, W)
+    grad = -np.exp(log_scale)[:, None, None] * G / X.shape[1]
+    for b in range(3):
+        prob = al.self_attention(X[b], y[b], u[b], Z[b])
+        h, fd = 1e-6, np.zeros((3, 3))
+        for i, j in np.ndindex(3, 3):
+            E = np.zeros((3, 3))
+            E[i, j] = h
+            fd[i, j] = (prob.value(W[b] + E) - prob.value(W[b] - E)) / (2 * h)
+        np.testing.assert_allclose(grad[b], fd, rtol=1e-6, atol=1e-9)
+
+
+def test_cross_attention_descent_keeps_its_direction_at_saturation():
+    # far beyond exp's range (logit gaps ~ 1e4): the direction is that of the problem's scaled gradient
+    X, y, u, Z = _cross_batch(seed=5)
+    gamma = y[..., None] * (X @ u[:, None, :, None])[..., 0]
+    W = 3e3 * np.random.default_rng(2).standard_normal((3, 3, 3))
+    G, _ = al.optim._cross_attention_descent(X, gamma, Z, W)
+    for b in range(3):
+        prob = al.self_attention(X[b], y[b], u[b], Z[b])
+        _, g = prob.scaled_grad(W[b])
+        cos = -np.sum(G[b] * g) / (np.linalg.norm(G[b]) * np.linalg.norm(g))
+        assert np.linalg.norm(G[b]) > 0 and cos > 1 - 1e-12
+
+
+def test_ngd_cross_attention_is_train_and_train_kq_in_one_loop():
+    X, y, u, Z = _cross_batch(S=2, n=5, T=6, d=4)
+    K0, Q0 = al.optim.kq_init(2, 4, 4, seed=3)
+    flags = np.array([False, True, False, True])
+    rep = lambda a: np.repeat(a, 2, axis=0)  # noqa: E731
+    steps, W = al.optim.ngd_cross_attention(rep(X), rep(y), rep(u), rep(Z), 60, 0.1, rep(K0), rep(Q0), flags,
+                                            record_steps=[0, 30, 60])  # fmt: skip
+    assert steps.tolist() == [0, 30, 60] and W.shape == (3, 4, 4, 4)
+    stack = al.stack_problems([al.self_attention(X[s], y[s], u[s], Z[s]) for s in range(2)])
+    ref_W = al.train(stack, np.zeros((4, 4)), 60, "ngd", 0.1, record_steps=[60], progress=False).final
+    ref_KQ = al.optim.train_kq(stack, K0, Q0, 60, "ngd", 0.1, normalize="separate", record_steps=[60]).final
+    np.testing.assert_allclose(W[-1, ~flags], ref_W, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(W[-1, flags], ref_KQ, rtol=1e-9, atol=1e-12)
+
+
+def test_ngd_cross_attention_pads_tokens_out_of_the_softmax():
+    X, y, u, Z = _cross_batch(S=1, n=3, T=3, d=2)
+    padded = np.concatenate([X, 5.0 * np.ones((1, 3, 2, 2))], axis=2)  # two padding tokens per input
+    _, W = al.optim.ngd_cross_attention(X, y, u, Z, 40)
+    _, Wp = al.optim.ngd_cross_attention(padded, y, u, Z, 40, tokens=[3])
+    np.testing.assert_allclose(Wp, W, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="tokens"):
+        al.optim.ngd_cross_attention(padded, y, u, Z, 4, tokens=[6])
+    with pytest.raises(ValueError, match="K0 and Q0"):
+        al.optim.ngd_cross_attention(X, y, u, Z, 4, factorised=[True])
+    with pytest.raises(ValueError, match=r"X must be \(B, n, T, d\)"):
+        al.optim.ngd_cross_attention(X[0], y, u, Z, 4)

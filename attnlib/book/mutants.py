@@ -165,13 +165,18 @@ def _kq_gradient() -> int:
 
 
 def _decoder_labels() -> int:
-    original, make = _find("train_decoder_stack"), _find("joint_self_attention")
+    # The decoders are trained by the joint trainer's stack (chapter 8); prompt-attention problems
+    # (chapter 4) pass through unchanged.
+    original, make, decoder = _find("train_joint_stack"), _find("joint_self_attention"), _find("DecoderAttention")
 
-    def train_decoder_stack(problems, *args, **kwargs):
-        shifted = [make(J.X, np.roll(J.y, 1), J.Z, J.loss.name) for J in problems]
+    def train_joint_stack(problems, *args, **kwargs):
+        shifted = [
+            make(J.X, np.roll(J.y, 1), J.Z, J.loss.name) if isinstance(J, decoder) and J.X.ndim == 3 else J
+            for J in problems
+        ]
         return original(shifted, *args, **kwargs)
 
-    return _replace(original, train_decoder_stack)
+    return _replace(original, train_joint_stack)
 
 
 def _polyak() -> int:

@@ -170,32 +170,47 @@ def check_rates(rows: list[dict]) -> list[dict]:
 
 def seed_independent(rows: list[dict]) -> list[dict]:
     """The checks whose value is the same on every seed of the table (at least two seeds), with the reason
-    the chapter declared (``seed_independent=`` of the predicate), or a note that it declared none: the
-    seeds then do not reach the claim, and the sweep adds no evidence for it.
+    the chapter declared (``seed_independent=`` of the predicate), or, when it declared none, what the
+    table itself shows: if a control's value changes with the seed, the seed does reach the instance and
+    the check's value sits at a bound it cannot pass (a count at its maximum, a rate of 1), which
+    ``reached`` records; otherwise the seeds do not reach the claim, and the sweep adds no evidence for it.
 
     >>> rows = [{"check": "a", "seed": s, "value": "0.5", "seed_independent": ""} for s in (1, 2)]
     >>> rows += [{"check": "b", "seed": s, "value": str(s), "seed_independent": ""} for s in (1, 2)]
-    >>> [(r["check"], r["value"], r["declared"]) for r in seed_independent(rows)]
-    [('a', '0.5', False)]
+    >>> rows += [{"check": "c", "seed": s, "value": "1.0", "controls": f'[["wrong", {s / 4}, "failed"]]'}
+    ...          for s in (1, 2)]
+    >>> [(r["check"], r["value"], r["declared"], r["reached"]) for r in seed_independent(rows)]
+    [('a', '0.5', False, False), ('c', '1.0', False, True)]
     """
     values: dict[str, dict] = {}
     for row in rows:
         if row["check"] == ERROR_CHECK:
             continue
-        entry = values.setdefault(row["check"], {"values": set(), "seeds": set(), "reason": ""})
+        entry = values.setdefault(row["check"], {"values": set(), "seeds": set(), "controls": set(), "reason": ""})
         entry["values"].add(row["value"])
         entry["seeds"].add(row["seed"])
+        entry["controls"].add(tuple((planted, str(value)) for planted, value, _ in controls_of(row)))
         entry["reason"] = entry["reason"] or row.get("seed_independent") or ""
     out = []
     for check, entry in values.items():
         if len(entry["seeds"]) >= 2 and len(entry["values"]) == 1:
-            reason = entry["reason"] or "none declared: the seed does not reach this check"
+            reached = not entry["reason"] and len(entry["controls"]) > 1
+            if entry["reason"]:
+                reason = entry["reason"]
+            elif reached:
+                reason = (
+                    "none declared; the seed reaches the instance (the controls' values change with it), "
+                    "and the value stays at the same bound"
+                )
+            else:
+                reason = "none declared: the seed does not reach this check"
             out.append(
                 {
                     "check": check,
                     "value": next(iter(entry["values"])),
                     "reason": reason,
                     "declared": bool(entry["reason"]),
+                    "reached": reached,
                 }
             )
     return out

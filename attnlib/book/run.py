@@ -745,6 +745,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="stop if a cell runs longer (exit code 5)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line per cell")
+    parser.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="draw no figure and no explorer: the same checks, faster (what robustness sweeps run)",
+    )
     return parser.parse_args(argv)
 
 
@@ -794,7 +799,14 @@ def main(argv: list[str] | None = None, render_page=None) -> int:
         overrides = _overrides(args.parameter)
         output = args.output if args.output is not None else default_output(args.notebook, overrides)
         print(f"running {args.notebook} -> {output}", file=sys.stderr, flush=True)
-        summary = execute_notebook(args.notebook, output, overrides, progress=not args.quiet, timeout=args.timeout)
+        summary = execute_notebook(
+            args.notebook,
+            output,
+            overrides,
+            progress=not args.quiet,
+            timeout=args.timeout,
+            checks_only=args.checks_only,
+        )
     except ParameterError as exc:
         print(f"invalid parameter: {exc} (nothing was run; see --list-parameters)", file=sys.stderr)
         return EXIT_INVALID_PARAMETER

@@ -41,6 +41,7 @@ from .style import COLUMN_PX, explorer_dpi
 
 __all__ = [
     "figure_png",
+    "picture_dpi",
     "image_slider",
     "animation",
     "path_animation",
@@ -59,6 +60,19 @@ MODES = ("static", "live", "skip")
 # ``checks_only=True``) reads the notebook's checks and nothing else, so no position is drawn.
 
 
+def picture_dpi(fig) -> float:
+    """The explorer resolution of ``fig``: two image pixels per CSS pixel when its picture, cropped
+    to its drawing, fills the book's column (:func:`attnlib.book.style.explorer_dpi`). Measuring the
+    crop draws the figure once; an explorer whose frames all have one size can measure it once and
+    pass the result as ``dpi`` (:func:`explorer`).
+    """
+    import matplotlib.pyplot as plt
+
+    pad = plt.rcParams["savefig.pad_inches"]
+    # Any canvas, pyplot's or a bare Figure's; 2% to spare: the crop is measured again when saving.
+    return 1.02 * explorer_dpi(fig.get_tightbbox().width + 2 * pad)
+
+
 def figure_png(fig, dpi: float | None = None) -> bytes:
     """Render a matplotlib figure to PNG bytes (cropped to its drawing) and close it.
 
@@ -69,8 +83,7 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
 
     pad = plt.rcParams["savefig.pad_inches"]
     if dpi is None:
-        # Any canvas, pyplot's or a bare Figure's; 2% to spare: the crop is measured again when saving.
-        dpi = 1.02 * explorer_dpi(fig.get_tightbbox().width + 2 * pad)
+        dpi = picture_dpi(fig)
     crop = "tight"
     if fig.get_layout_engine() is None:
         # The crop measured once, at the picture's dpi: bbox_inches="tight" costs savefig a layout pass

@@ -18,7 +18,7 @@ import numpy as np
 from ..datasets import rank_instance
 from ..metrics import numerical_rank, rotate_toward
 from ..model import ProblemStack, self_attention
-from ..optim import check_schedule, kq_init, record_schedule, train, train_kq
+from ..optim import check_schedule, kq_init, ngd_cross_attention, record_schedule, train, train_kq
 from ..svm import svm_constraints, svm_pair_batch
 
 __all__ = [
@@ -31,6 +31,10 @@ __all__ = [
     "angles_degrees",
     "rotate_each",
     "per_seed_resolution",
+    "PLANE_FAMILIES",
+    "plane_instance",
+    "PlanePaths",
+    "plane_paths",
 ]
 
 
@@ -133,17 +137,19 @@ class RankGrid:
         return numerical_rank(self.singular_values, tol)
 
     def trained_kq_spectra(
-        self, steps: int, lr: float = 0.1, normalize: str = "separate", seed: int = 0, factorised: bool = True
+        self, steps: int, lr: float = 0.1, normalize: str = "separate", seed: int = 0, factorised=True, mask=None
     ):
         """Singular values of ``K Qᵀ`` trained on every feasible instance (:func:`train_kq_grid`), divided
-        by the largest: (C, D, S, max d), NaN for infeasible instances (not trained).
-        ``factorised=False``: the same for ``W`` trained directly (the control)."""
+        by the largest: (C, D, S, max d), NaN for instances not trained (infeasible, or outside ``mask``
+        (C, D, S) bool). ``factorised=False``: the same for ``W`` trained directly (the control);
+        ``"both"``: (2, C, D, S, max d), index 0 ``K Qᵀ`` and 1 ``W``, trained in one batch."""
+        trained = self.feasible if mask is None else self.feasible & np.asarray(mask, bool)
         W = train_kq_grid(
-            self.configs, self.ds, self.seeds, steps, lr, normalize, seed, mask=self.feasible, factorised=factorised
+            self.configs, self.ds, self.seeds, steps, lr, normalize, seed, mask=trained, factorised=factorised
         )
         sv = np.linalg.svd(np.nan_to_num(W), compute_uv=False)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.feasible[..., None], sv / sv[..., :1], np.nan)
+            return np.where(trained[..., None], sv / sv[..., :1], np.nan)
 
     def mean_rank(self, tol: float) -> np.ndarray:
         """(2, C, D) mean rank over the *feasible* instances only (NaN where none is feasible)."""
@@ -211,59 +217,182 @@ def train_kq_grid(
     normalize: str = "separate",
     seed: int = 0,
     mask=None,
-    factorised: bool = True,
+    factorised=True,
 ):
     """Train ``(K, Q)`` on every instance of a rank grid; the final products ``W = K Qᵀ`` (zero-padded).
 
     For each (n, T) in ``configs``, d in ``ds`` and data seed: the data of :func:`rank_instance`,
-    NGD on ``(K, Q)`` (:func:`train_kq`, ``m = d``) from :func:`kq_init` (``seed``) for ``steps`` steps.
+    NGD on ``(K, Q)`` (``m = d``) from :func:`kq_init` (``seed``) for ``steps`` steps.
     All d of one (n, T) train as one batch: tokens, decoder, queries and factors are padded with zeros
     to ``max(ds)``, which leaves the run unchanged up to rounding (the padded rows of ``K`` and ``Q`` get
-    zero gradient and stay 0).
+    zero gradient and stay 0). ``normalize="separate"`` (each factor by its own gradient norm, the
+    official code) runs :func:`attnlib.optim.ngd_cross_attention`; ``"joint"`` runs :func:`train_kq`.
 
     ``mask`` (C, D, S) bool, optional: train only these instances (e.g. ``RankGrid.feasible``).
     ``factorised=False`` trains ``W`` itself (NGD from 0, the same step and horizon) instead: the
     control of a rank check on the trained products (``W``'s limit is the Frobenius SVM).
+    ``factorised="both"`` trains both on every instance, in one batch with ``"separate"``.
 
     Returns: (C, D, S, max d, max d) final products, zero outside the top-left d × d block; NaN for an
     instance left out by ``mask`` or with tied best tokens (no problem to train; only at d = 1).
+    With ``factorised="both"``: (2, C, D, S, max d, max d), index 0 the products ``K Qᵀ``, 1 ``W``.
 
     >>> import numpy as np, attnlib as al
     >>> W = train_kq_grid([(4, 3)], [2, 3], range(2), steps=5)
     >>> W.shape, bool(np.all(W[0, 0, :, 2:, :] == 0))
     ((1, 2, 2, 3, 3), True)
     """
+    if factorised not in (True, False, "both"):
+        raise ValueError(f"factorised must be True, False or 'both', got {factorised!r}")
+    kinds = (True, False) if factorised == "both" else (bool(factorised),)
+    if normalize != "separate" and False in kinds:
+        raise ValueError("W trained directly (factorised False or 'both') is compared with normalize='separate' only")
     configs = tuple(tuple(int(v) for v in c) for c in configs)
     ds, seeds = tuple(int(d) for d in ds), [int(s) for s in seeds]
     dmax, S = max(ds), len(seeds)
-    out = np.full((len(configs), len(ds), S, dmax, dmax), np.nan)
+    out = np.full((len(kinds), len(configs), len(ds), S, dmax, dmax), np.nan)
     for c, (n, T) in enumerate(configs):
-        probs, index, K0, Q0 = [], [], [], []
+        data, index, K0, Q0 = [], [], [], []
         for k, d in enumerate(ds):
             K, Q = kq_init(S, d, d, seed=seed)
             for j, s in enumerate(seeds):
                 if mask is not None and not mask[c][k][j]:
                     continue
-                X, y, u, Z, _ = rank_instance(n, T, d, s)
+                X, y, u, Z, opt = rank_instance(n, T, d, s)
+                gamma = y[:, None] * (X @ u)
+                if np.any(np.sum(gamma == gamma.max(axis=1, keepdims=True), axis=1) > 1):
+                    continue  # tied best tokens (only at d = 1): no problem to train, left NaN
                 pad = ((0, 0), (0, dmax - d))
-                try:
-                    probs.append(self_attention(np.pad(X, ((0, 0),) + pad), y, np.pad(u, pad[1]), np.pad(Z, pad)))
-                except ValueError:  # tied best tokens (only at d = 1): no problem to train, left NaN
-                    continue
+                data.append((np.pad(X, ((0, 0),) + pad), y, np.pad(u, pad[1]), np.pad(Z, pad)))
                 index.append((k, j))
                 K0.append(np.pad(K[j], ((0, dmax - d), (0, dmax - d))))
                 Q0.append(np.pad(Q[j], ((0, dmax - d), (0, dmax - d))))
-        if not probs:
+        if not data:
             continue
-        stack = ProblemStack(tuple(probs))
-        if factorised:
-            final = train_kq(stack, np.array(K0), np.array(Q0), steps, "ngd", lr,
-                             normalize=normalize, record_steps=[steps]).final  # fmt: skip
-        else:
-            final = train(stack, np.zeros(stack.shape), steps, "ngd", lr, record_steps=[steps], progress=False).final
         k, j = np.array(index).T
-        out[c, k, j] = final
-    return out
+        if normalize == "separate":
+            X, y, u, Z = (np.concatenate([np.stack([e[a] for e in data])] * len(kinds)) for a in range(4))
+            flags = np.repeat(kinds, len(data))
+            _, final = ngd_cross_attention(X, y, u, Z, steps, lr, np.concatenate([K0] * len(kinds)),
+                                           np.concatenate([Q0] * len(kinds)), flags)  # fmt: skip
+            out[:, c, k, j] = final[-1].reshape(len(kinds), len(data), dmax, dmax)
+        else:
+            stack = ProblemStack(tuple(self_attention(*e) for e in data))
+            out[0, c, k, j] = train_kq(stack, np.array(K0), np.array(Q0), steps, "ngd", lr, normalize=normalize,
+                                       record_steps=[steps]).final  # fmt: skip
+    return out if factorised == "both" else out[0]
+
+
+# --------------------------------------------------------------------- the 2-D paths of W and (K, Q)
+#: [TFSVM]'s two 2-D visualisations (``visualization1``/``visualization2``): T → (token scale, the
+#: notebook). n = 2 inputs, d = 2, labels +1, a random unit decoder and unit queries.
+PLANE_FAMILIES = {3: (0.3, "visualization1"), 5: (0.5, "visualization2")}
+
+
+def plane_instance(T: int, seed: int):
+    """One draw of a [TFSVM] 2-D visualisation family (n = 2, d = 2): ``X`` (2, T, 2), ``y``, ``u``, ``Z``, ``opt``.
+
+    ``T = 3`` (``visualization1``): tokens ``0.3·N(0, I)`` around ``(−1, 0)`` for input 1 and
+    ``(1, 0)`` for input 2. ``T = 5`` (``visualization2``): tokens ``0.5·N(0, I)``, the first token
+    of input 1 set to ``(1, 0.5)`` and of input 2 to ``(1, −0.5)``, the others moved by ``(−1, 0)``.
+    Both: labels +1, decoder ``u`` and queries ``z_i`` standard normal scaled to unit length,
+    ``opt_i = argmax_t uᵀx_it``. The official notebooks draw with torch's generator (seeds 1 and 3),
+    which numpy cannot replay: a draw here is numpy's (``default_rng([T, seed])``) of the same family.
+
+    >>> X, y, u, Z, opt = plane_instance(5, 0)
+    >>> X.shape, X[0, 0].tolist(), bool(np.allclose(np.linalg.norm(Z, axis=1), 1))
+    ((2, 5, 2), [1.0, 0.5], True)
+    """
+    if T not in PLANE_FAMILIES:
+        raise ValueError(f"T must be one of {sorted(PLANE_FAMILIES)} (the [TFSVM] visualisations), got {T!r}")
+    rng = np.random.default_rng([T, int(seed)])
+    u = rng.standard_normal(2)
+    u /= np.linalg.norm(u)
+    X = PLANE_FAMILIES[T][0] * rng.standard_normal((2, T, 2))
+    if T == 3:
+        X += np.array([[-1.0, 0.0], [1.0, 0.0]])[:, None, :]
+    else:
+        X[:, 1:] += np.array([-1.0, 0.0])
+        X[:, 0] = [[1.0, 0.5], [1.0, -0.5]]
+    Z = rng.standard_normal((2, 2))
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    return X, np.ones(2), u, Z, np.argmax(X @ u, axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class PlanePaths:
+    """W and (K, Q) trained on draws of the [TFSVM] 2-D families (:func:`plane_paths`).
+
+    Axes: F families (``Ts``), N draws, kind 0 = ``W`` (from 0), 1 = ``K Qᵀ``.
+
+    Attributes:
+        Ts: (F,) token counts.  draws: (N,) draw seeds.  steps: (R,) recorded steps.
+        X: (F, N, 2, T_max, 2) tokens (zero-padded beyond ``Ts[f]``).  Z: (F, N, 2, 2) queries.
+        W: (R, F, N, 2, 2, 2) the trained matrix of each kind.  select: (F, N, 2, 2) final selections.
+        svms: (2, F, N, 2, 2, 2) the Frobenius (0) and nuclear (1) W-SVMs of each kind's own final
+            selection (:func:`svm_pair_batch`); NaN where infeasible.  feasible: (F, N, 2) bool.
+        opt: (F, N, 2) the optimal tokens.  seconds: wall-clock of the training and of the SVMs.
+    """
+
+    Ts: tuple
+    draws: np.ndarray
+    steps: np.ndarray
+    X: np.ndarray
+    Z: np.ndarray
+    W: np.ndarray
+    select: np.ndarray
+    svms: np.ndarray
+    feasible: np.ndarray
+    opt: np.ndarray
+    seconds: dict
+
+
+def plane_paths(Ts=(3, 5), draws=range(8), steps: int = 2000, lr: float = 0.1, k_scale: float = 0.1, seed: int = 0,
+                record_steps=None) -> PlanePaths:  # fmt: skip
+    """[TFSVM]'s 2-D visualisation runs on draws of both families, every run in one batch.
+
+    On every draw (:func:`plane_instance`): NGD on ``W`` from 0, and on ``(K, Q)`` from the official
+    start (``Q = 0``, ``K`` with entries ``k_scale·N(0, 1)``, seeded by ``seed``), each factor by its
+    own normalised gradient (:func:`attnlib.optim.ngd_cross_attention`, all families and both kinds in
+    one loop). Then each run's final selection and the two W-SVMs of that selection. The official
+    loss adds ``eps·(‖K‖² + ‖Q‖²)`` with ``eps`` the float64 machine epsilon, which moves no step
+    here by more than rounding, and is left out.
+
+    >>> run = plane_paths(draws=range(2), steps=30)
+    >>> run.W.shape, run.svms.shape, run.feasible.shape
+    ((1, 2, 2, 2, 2, 2), (2, 2, 2, 2, 2, 2), (2, 2, 2))
+    """
+    Ts = tuple(int(T) for T in Ts)
+    draws = np.asarray(list(draws), int)
+    if not Ts or draws.size == 0:
+        raise ValueError(f"Ts and draws must be non-empty, got {Ts} and {draws.tolist()}")
+    F, N, T_max = len(Ts), draws.size, max(Ts)
+    start = time.perf_counter()
+    X = np.zeros((F, N, 2, T_max, 2))
+    Z, u, opt = np.zeros((F, N, 2, 2)), np.zeros((F, N, 2)), np.zeros((F, N, 2), int)
+    for f, T in enumerate(Ts):
+        for j, s in enumerate(draws):
+            X[f, j, :, :T], _, u[f, j], Z[f, j], opt[f, j] = plane_instance(T, s)
+    rng = np.random.default_rng(seed)
+    K0 = np.stack([np.zeros((F, N, 2, 2)), k_scale * rng.standard_normal((F, N, 2, 2))], axis=2)  # kind axis 2
+    both = lambda a: np.repeat(a[:, :, None], 2, axis=2).reshape(F * N * 2, *a.shape[2:])  # noqa: E731
+    record, W = ngd_cross_attention(
+        both(X), np.ones((F * N * 2, 2)), both(u), both(Z), steps, lr, K0.reshape(-1, 2, 2),
+        np.zeros((F * N * 2, 2, 2)), np.tile([False, True], F * N), record_steps,
+        tokens=np.repeat(Ts, N * 2),
+    )  # fmt: skip
+    W = W.reshape(len(record), F, N, 2, 2, 2)
+    trained = time.perf_counter()
+    select = np.zeros((F, N, 2, 2), int)
+    svms, feasible = np.full((2, F, N, 2, 2, 2), np.nan), np.zeros((F, N, 2), bool)
+    for f, T in enumerate(Ts):
+        logits = np.einsum("jitd,jkde,jie->jkit", X[f, :, :, :T], W[-1, f], Z[f])  # (N, kind, 2, T)
+        select[f] = np.argmax(logits, axis=-1)
+        cons = [svm_constraints(X[f, j, :, :T], Z[f, j], select[f, j, k]) for j in range(N) for k in range(2)]
+        sol, _, ok, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
+        svms[:, f], feasible[f] = sol.reshape(2, N, 2, 2, 2), ok.reshape(N, 2)
+    seconds = {"train": trained - start, "svm": time.perf_counter() - trained}
+    return PlanePaths(Ts, draws, record, X, Z, W, select, svms, feasible, opt, seconds)
 
 
 # ------------------------------------------------------------------- the local-convergence experiment

@@ -8,6 +8,7 @@ A notebook reaches them as ``al.figures.<chapter>`` (its import cell names it ``
 
 from . import (
     common,
+    factorization,
     fast_rates,
     global_convergence,
     joint_training,
@@ -27,5 +28,6 @@ __all__ = [
     "joint_training",
     "fast_rates",
     "real_tokens",
+    "factorization",
     "sweeps",
 ]

@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ..experiments.optimizer_geometry import Runs, norm_label
-from ..optim import MirrorDescent, step_rule, train
-from ..svm import max_margin_norm
+from ..optim import MirrorDescent, RuleBlocks, step_rule, train
+from ..svm import check_norm, max_margin_norm
 from .common import basin_maps_panels, direction, tokens
 
 __all__ = ["NORM_STYLES", "OPTIMIZER_COLORS", "svm_directions", "paths_against_norms", "basin_panels", "PathExplorer"]
@@ -73,14 +73,16 @@ class PathExplorer:
 
     ``choices`` ``{label: (rule or None for mirror descent, norm)}``; :meth:`draw` trains (or reuses
     a precomputed path) and returns the figure. One figure is reused (its artists redrawn).
+    ``svms`` ``{norm: MaxMarginSolution}``: SVMs of ``prob`` already solved (e.g. the page's), used
+    instead of solving them again; any other norm is solved on first use.
     """
 
-    def __init__(self, prob, choices: dict, lim=(-6.0, 6.0)):
+    def __init__(self, prob, choices: dict, lim=(-6.0, 6.0), svms=None):
         self.prob, self.choices, self.lim = prob, dict(choices), lim
         self.fig, self.ax = plt.subplots(figsize=(5.2, 4.6))
         plt.close(self.fig)
         self._cache = {}
-        self._svms = {}
+        self._svms = {check_norm(norm): sol for norm, sol in (svms or {}).items()}
 
     def _rule_and_norm(self, choice: str, p: float):
         rule, norm = self.choices[choice]
@@ -88,9 +90,13 @@ class PathExplorer:
             return MirrorDescent(p=float(p), normalized=True), float(p)
         return step_rule(rule), norm
 
+    @staticmethod
+    def _key(choice: str, p: float, start, steps: int, lr: float) -> tuple:
+        return (choice, float(p), tuple(np.round(start, 12)), int(steps), float(lr))
+
     def path(self, choice: str, p: float, start, steps: int, lr: float) -> np.ndarray:
         """(R, 2) the first two coordinates of the path (cached)."""
-        key = (choice, float(p), tuple(np.round(start, 12)), int(steps), float(lr))
+        key = self._key(choice, p, start, steps, lr)
         if key not in self._cache:
             rule, _ = self._rule_and_norm(choice, p)
             theta0 = np.zeros(self.prob.shape)
@@ -98,7 +104,22 @@ class PathExplorer:
             self._cache[key] = train(self.prob, theta0, int(steps), rule, float(lr), progress=False).theta[:, 0, :2]
         return self._cache[key]
 
+    def precompute(self, choices, p: float, start, steps: int, lr: float) -> None:
+        """Train the paths of every choice in ``choices`` from one start in one batch
+        (:class:`attnlib.optim.RuleBlocks`; the per-step cost is shared), so that :meth:`draw` reuses them."""
+        choices = [c for c in choices if self._key(c, p, start, steps, lr) not in self._cache]
+        if not choices:
+            return
+        rules = tuple(self._rule_and_norm(choice, p)[0] for choice in choices)
+        theta0 = np.zeros((len(choices),) + self.prob.shape)
+        theta0[:, :2] = start
+        blocks = RuleBlocks(rules, (1,) * len(rules))
+        theta = train(self.prob, theta0, int(steps), blocks, float(lr), progress=False).theta
+        for k, choice in enumerate(choices):
+            self._cache[self._key(choice, p, start, steps, lr)] = theta[:, k, :2]
+
     def svm(self, norm):
+        norm = check_norm(norm)
         if norm not in self._svms:
             self._svms[norm] = max_margin_norm(self.prob, norm)
         return self._svms[norm]

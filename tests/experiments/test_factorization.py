@@ -129,3 +129,54 @@ def test_train_w_grid_is_the_w_control():
     X, y, u, Z, _ = prob
     run = al.train(al.self_attention(X, y, u, Z), np.zeros((4, 4)), 30, "ngd", 0.1, progress=False)
     assert np.allclose(W[0, 0, 0], run.final, atol=1e-10)
+
+
+def test_plane_instances_are_the_official_families():
+    fx = al.experiments.factorization
+    X, y, u, Z, opt = fx.plane_instance(5, 3)
+    assert X.shape == (2, 5, 2) and X[0, 0].tolist() == [1.0, 0.5] and X[1, 0].tolist() == [1.0, -0.5]
+    assert np.allclose(np.linalg.norm(Z, axis=1), 1) and np.isclose(np.linalg.norm(u), 1) and np.all(y == 1)
+    assert opt.tolist() == np.argmax(X @ u, axis=1).tolist()
+    X3 = fx.plane_instance(3, 3)[0]
+    assert X3.shape == (2, 3, 2) and X3[0, :, 0].mean() < 0 < X3[1, :, 0].mean()  # the two clusters
+    assert not np.array_equal(fx.plane_instance(3, 4)[0], X3)  # a fresh seed is a fresh draw
+    with pytest.raises(ValueError, match="T must be one of"):
+        fx.plane_instance(4, 0)
+
+
+def test_plane_paths_are_the_library_runs_and_their_own_svms():
+    fx = al.experiments.factorization
+    run = fx.plane_paths(draws=[0, 1], steps=40, seed=2)
+    rng = np.random.default_rng(2)
+    K0 = 0.1 * rng.standard_normal((2, 2, 2, 2))  # (family, draw, 2, 2), as plane_paths draws them
+    for f, T in enumerate(run.Ts):
+        for j in range(2):
+            X, y, u, Z, _ = fx.plane_instance(T, j)
+            prob = al.self_attention(X, y, u, Z)
+            W = al.train(prob, np.zeros((1, 2, 2)), 40, "ngd", 0.1, progress=False).final[0]
+            KQ = al.optim.train_kq(prob, K0[f, j], np.zeros((2, 2)), 40, "ngd", 0.1, normalize="separate").final[0]
+            np.testing.assert_allclose(run.W[-1, f, j, 0], W, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(run.W[-1, f, j, 1], KQ, rtol=1e-9, atol=1e-12)
+            for kind in (0, 1):
+                select = run.select[f, j, kind]
+                assert select.tolist() == prob.selection(run.W[-1, f, j, kind]).tolist()
+                # the nuclear SVM against the independent solver (Clarabel on the SDP): the same optimal
+                # nuclear norm, and feasible (a nuclear-norm minimiser need not be unique)
+                nuc, ref = run.svms[1, f, j, kind], al.svm.nuclear_svm(X, Z, select).W
+                norm = lambda M: np.linalg.svd(M, compute_uv=False).sum()  # noqa: E731
+                assert abs(norm(nuc) - norm(ref)) <= 1e-7 * norm(ref)
+                a, z = al.svm.svm_constraints(X, Z, select)
+                assert np.min(np.einsum("kd,de,ke->k", a, nuc, z)) >= 1 - 1e-9
+                np.testing.assert_allclose(run.svms[0, f, j, kind], al.max_margin(prob, select).theta, atol=1e-6)
+
+
+def test_train_kq_grid_both_is_the_two_runs():
+    fx = al.experiments.factorization
+    both = fx.train_kq_grid([(5, 4)], [2, 4], range(2), steps=30, seed=1, factorised="both")
+    kq = fx.train_kq_grid([(5, 4)], [2, 4], range(2), steps=30, seed=1)
+    w = fx.train_kq_grid([(5, 4)], [2, 4], range(2), steps=30, seed=1, factorised=False)
+    assert both.shape == (2, 1, 2, 2, 4, 4)
+    np.testing.assert_allclose(both[0], kq, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(both[1], w, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="factorised"):
+        fx.train_kq_grid([(5, 4)], [2], range(1), steps=3, factorised="yes")
