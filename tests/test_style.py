@@ -13,11 +13,14 @@ layout (fewer ticks, a wider figure, a legend outside), not by smaller text.
 from __future__ import annotations
 
 import ast
+import io
 import json
 from pathlib import Path
 
 import matplotlib.font_manager
+import matplotlib.pyplot as plt
 import pytest
+from matplotlib.backends.backend_agg import RendererAgg
 
 from attnlib.book import style
 
@@ -133,3 +136,25 @@ def test_no_literal_font_below_the_style(path):
     """Every figure module and notebook leaves text at least the style's smallest font."""
     found = offenders(path)
     assert not found, f"font sizes below style.SMALLEST_FONT_PT = {style.SMALLEST_FONT_PT} pt:\n" + "\n".join(found)
+
+
+def test_one_mathtext_parser_for_every_figure_draws_the_same_pixels(monkeypatch):
+    """:func:`style.share_mathtext_parses`: every Agg renderer reads one parser, and a figure with
+    mathtext (log-axis tick labels, a TeX title) is byte-identical to one drawn with its own parser."""
+
+    def png():
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.loglog([1, 10, 1000], [1e-3, 1e-1, 1.0])
+        ax.set_title(r"$\|W_t\| / \log t$")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=80)
+        plt.close(fig)
+        return buf.getvalue()
+
+    style.share_mathtext_parses()
+    style.share_mathtext_parses()  # idempotent
+    assert RendererAgg(10, 10, 72).mathtext_parser is RendererAgg(20, 30, 150).mathtext_parser
+    shared = [png(), png()]
+    monkeypatch.delattr(RendererAgg, "mathtext_parser")  # the control: each renderer makes its own parser again
+    assert RendererAgg(10, 10, 72).mathtext_parser is not RendererAgg(10, 10, 72).mathtext_parser
+    assert shared[0] == shared[1] == png()

@@ -15,6 +15,8 @@ tall. The style is chosen so that:
   :data:`COLUMN_INCHES`.
 - **Legends** have an opaque-enough frame (``framealpha``) so that where they sit over data the
   lines beneath do not run through their text; lines share one width.
+- **Speed**: every Agg renderer shares one mathtext parser (:func:`share_mathtext_parses`), so a
+  tick label such as ``$10^{-2}$`` is parsed once per page, not once per figure; same pixels.
 
 >>> import matplotlib
 >>> with matplotlib.rc_context():  # a doctest leaves the test process's style alone
@@ -26,7 +28,11 @@ True
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib
+from matplotlib.backends import backend_agg
+from matplotlib.mathtext import MathTextParser
 
 __all__ = [
     "COLUMN_PX",
@@ -37,6 +43,7 @@ __all__ = [
     "RC_PARAMS",
     "text_px",
     "explorer_dpi",
+    "share_mathtext_parses",
     "use",
 ]
 
@@ -107,11 +114,51 @@ def _retina_inline_figures() -> None:
     InlineBackend.instance().figure_formats = {"retina"}
 
 
+class _SharedMathtextParser:
+    """A class attribute of ``RendererAgg`` that every renderer reads as one shared parser.
+
+    ``RendererAgg.__init__`` assigns ``self.mathtext_parser = MathTextParser("path")``; as a data
+    descriptor this attribute takes that assignment and keeps the shared parser instead.
+    """
+
+    def __init__(self):
+        self.parser = MathTextParser("path")
+
+    def __get__(self, renderer, owner=None):
+        return self.parser
+
+    def __set__(self, renderer, parser):
+        pass  # the renderer's own new parser: the shared one serves instead
+
+
+#: Parsed expressions kept (matplotlib keeps 50, fewer than one page's tick labels at their sizes).
+MATHTEXT_CACHE_SIZE = 1024
+
+
+def share_mathtext_parses() -> None:
+    """Make every Agg renderer use one mathtext parser with a larger cache: the same pixels, faster.
+
+    matplotlib caches a parsed mathtext expression (``MathTextParser._parse_cached``, keyed by the
+    parser, the text, the dpi and the font), but each new renderer (each figure, each dpi) makes its
+    own parser, so every figure parses its tick labels (``$10^{-2}$``: pyparsing, ~10 ms each) again;
+    on a page of log-axis figures that is a fifth of the drawing time. One shared parser lets later
+    figures reuse the parses, which depend only on that key, so the pictures are byte-identical.
+    Idempotent.
+    """
+    if not isinstance(backend_agg.RendererAgg.__dict__.get("mathtext_parser"), _SharedMathtextParser):
+        backend_agg.RendererAgg.mathtext_parser = _SharedMathtextParser()
+    cached = MathTextParser._parse_cached
+    if getattr(cached, "cache_info", None) and cached.cache_info().maxsize < MATHTEXT_CACHE_SIZE:
+        MathTextParser._parse_cached = functools.lru_cache(MATHTEXT_CACHE_SIZE)(cached.__wrapped__)
+
+
 def use() -> dict:
-    """Apply the book's style (:data:`RC_PARAMS`, retina inline figures); return the rcParams set.
+    """Apply the book's style (:data:`RC_PARAMS`, retina inline figures, one mathtext parser for every
+    figure: :func:`share_mathtext_parses`); return the rcParams set.
 
     Call it in a chapter's import cell, after ``import matplotlib.pyplot``: ``al.book.style.use()``.
     """
     matplotlib.rcParams.update(RC_PARAMS)
     _retina_inline_figures()
+    share_mathtext_parses()
     return dict(RC_PARAMS)

@@ -9,21 +9,25 @@ and :func:`attnlib.model.reduce_to_span`; the data :mod:`attnlib.datasets`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import expit
 
 from .. import datasets
 from ..metrics import curves, direction_error, normalized_margin
-from ..model import Reduced, TokenSelectionProblem, reduce_to_span
-from ..optim import Trajectory, train_many
+from ..model import Reduced, TokenSelectionProblem, logistic_regression, reduce_to_span, stack_problems
+from ..optim import Trajectory, log_steps, record_schedule, train_many
 from ..svm import InfeasibleError, MaxMarginSolution, is_locally_optimal, max_margin, svm_feasibility
 
 __all__ = [
     "solve_each",
     "Comparison",
     "compare_methods",
+    "logistic_descent",
+    "compare_logistic",
     "ends_off_opt",
     "local_selection",
     "SelectionSweep",
@@ -120,6 +124,81 @@ def compare_methods(
         runs[method] = train_many(problems, horizon, method, rate, polyak_max_step=polyak_max_step)
         measured[method] = curves(problems, runs[method], solutions)
     return Comparison(runs, measured)
+
+
+def logistic_descent(data: Sequence[tuple], steps: int, method: str, lr: float, record=None) -> Trajectory:
+    """GD or NGD from ``w = 0`` on linear logistic regression, every data set in one batch.
+
+    ``L(w) = (1/n) Σ_i log(1 + exp(−y_i wᵀx_i))``, ``−n∇L = Σ_i sigmoid(−y_i wᵀx_i) y_i x_i =: g``;
+    GD: ``w ← w + (η/n) g``, NGD: ``w ← w + η g/‖g‖``. These are the iterations :func:`attnlib.train`
+    runs on :func:`attnlib.model.logistic_regression` ``(X, y)`` (the same numbers within rounding),
+    written for this problem alone: two batched matrix products a step instead of the general
+    trainer's log-space gradient and stopping rules, about twenty times faster. The loss, its gap
+    and the gradient norm are computed at the recorded steps only, by the problem itself. For
+    separable data the margins grow like ``log t``: the sigmoid stays far from underflow.
+
+    Args: ``data`` S pairs ``(X (n, d), y (n,))`` of equal shapes; ``steps``; ``method`` "gd" or
+    "ngd"; ``lr`` the step η; ``record`` the steps recorded (default :func:`attnlib.log_steps`).
+    Returns a :class:`attnlib.Trajectory` with ``theta`` (R, S, d), as :func:`attnlib.train_many`'s.
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.separable_data(10, 2, 0)
+    >>> fast = logistic_descent([(X, y)], 200, "ngd", 0.5)
+    >>> run = al.train_many([al.model.logistic_regression(X, y)], 200, "ngd", 0.5)
+    >>> bool(np.allclose(fast.theta, run.theta, rtol=1e-12)), bool(np.allclose(fast.loss, run.loss, rtol=1e-12))
+    (True, True)
+    """
+    if method not in ("gd", "ngd"):
+        raise ValueError(f"method must be 'gd' or 'ngd', got {method!r}")
+    if not (np.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive finite step size, got {lr!r}")
+    record = log_steps(steps) if record is None else record_schedule(steps, 1, record)
+    problems = stack_problems([logistic_regression(X, y) for X, y in data])
+    signed = np.stack([np.asarray(y, float)[:, None] * np.asarray(X, float) for X, y in data])  # (S, n, d)
+    signed_t = np.ascontiguousarray(signed.transpose(0, 2, 1))
+    w = np.zeros(signed.shape[::2] + (1,))  # (S, d, 1): one batched matrix product per data set and step
+    theta, seconds = np.empty((len(record),) + w.shape[:2]), np.empty(len(record))
+    start, r = time.perf_counter(), 0
+    for k in range(int(record[-1]) + 1):
+        if k == record[r]:
+            theta[r], seconds[r] = w[..., 0], time.perf_counter() - start
+            r += 1
+            if k == record[-1]:
+                break
+        g = signed_t @ expit(-(signed @ w))  # −n ∇L
+        w += (lr / signed.shape[1]) * g if method == "gd" else lr * g / np.linalg.norm(g, axis=1, keepdims=True)
+    if not np.all(np.isfinite(theta)):
+        raise ValueError(f"{method} diverged: lr = {lr} is too large for these data")
+    log_scale, g = problems.scaled_grad(theta)
+    return Trajectory(
+        theta=theta,
+        steps=record,
+        loss=problems.value(theta),
+        log_gap=problems.log_gap(theta),
+        log_grad_norm=log_scale + np.log(np.linalg.norm(g, axis=-1)),
+        stopped=(None,) * problems.S,
+        method=method,
+        lr=float(lr),
+        seconds=seconds,
+    )
+
+
+def compare_logistic(data: Sequence[tuple], solutions: Sequence[MaxMarginSolution], steps: int, lr: dict) -> Comparison:
+    """:func:`compare_methods` for linear logistic regression (GD and NGD), by :func:`logistic_descent`.
+
+    ``data``: S pairs ``(X, y)``; ``solutions``: their hard-margin SVMs (:func:`solve_each` of
+    :func:`attnlib.model.logistic_regression`); ``lr``: ``{"gd": η, "ngd": η}`` (the methods run).
+
+    >>> import attnlib as al
+    >>> data = [al.datasets.separable_data(10, 2, s) for s in range(3)]
+    >>> sols = solve_each([al.model.logistic_regression(X, y) for X, y in data])
+    >>> cmp = compare_logistic(data, sols, 100, {"gd": 2.0, "ngd": 0.2})
+    >>> cmp.curves["gd"]["direction_error"].shape[1], bool(cmp.curves["ngd"]["direction_error"][-1].max() < 0.5)
+    (3, True)
+    """
+    problems = [logistic_regression(X, y) for X, y in data]
+    runs = {m: logistic_descent(data, steps, m, rate) for m, rate in lr.items()}
+    return Comparison(runs, {m: curves(problems, run, solutions) for m, run in runs.items()})
 
 
 def ends_off_opt(problems: Sequence[TokenSelectionProblem], traj: Trajectory, unstopped: bool = False) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The book machinery: attnlib.book.widgets (static and live explorers, sliders, animations)."""
 
+import io
 import json
 import os
 import re
@@ -82,6 +83,32 @@ def run_chapter_live(tmp_path, monkeypatch, notebook_name, probe, **small):
     printed = "".join(o.get("text", "") for o in probe_cell.outputs)
     errors = [o.get("evalue") for cell in result.cells for o in cell.get("outputs", []) if o.get("evalue")]
     return printed, errors
+
+
+@pytest.mark.parametrize("layout", [None, "constrained"])
+def test_figure_png_is_savefig_with_a_tight_crop_byte_for_byte(layout):
+    """figure_png measures the crop itself (one layout pass fewer than bbox_inches="tight"): the same
+    PNG as savefig's tight crop at the explorer dpi, for a tight-layout figure with mathtext, a legend
+    and a title, and for a constrained-layout one (which keeps "tight")."""
+
+    def draw():
+        fig, axes = plt.subplots(1, 2, figsize=(5, 2), layout=layout)
+        axes[0].loglog([1, 10, 1000], [1e-3, 1e-2, 1.0], label="GD")
+        axes[0].set(xlabel="iteration $t$", ylabel=r"$\|W_t\| / \log t$")
+        axes[0].legend(loc="lower left")
+        axes[1].plot([0, 1], [1, 0])
+        fig.suptitle("d = 10, data seed 0")
+        if layout is None:
+            fig.tight_layout()
+        return fig
+
+    fig = draw()
+    pad = plt.rcParams["savefig.pad_inches"]
+    dpi = 1.02 * al.book.style.explorer_dpi(fig.get_tightbbox().width + 2 * pad)
+    tight = io.BytesIO()
+    fig.savefig(tight, format="png", dpi=dpi, bbox_inches="tight")
+    assert al.book.widgets.figure_png(draw()) == tight.getvalue()
+    assert al.book.widgets.figure_png(draw(), dpi=dpi / 2) != tight.getvalue()  # the control: another crop
 
 
 def test_figure_slider_one_picture_per_value_and_static_html():

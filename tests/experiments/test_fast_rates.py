@@ -127,3 +127,34 @@ def test_budget_gain_is_gd_inverse_log_rate():
     assert ex.budget_gain(np.e**2, np.e**2) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="clock"):
         ex.budget_gain(0.5, 10)
+
+
+@pytest.mark.parametrize("method, lr", [("gd", 2.0), ("ngd", 0.3)])
+def test_logistic_descent_is_the_trainer_on_logistic_regression(method, lr):
+    """The vectorised logistic-regression GD/NGD matches al.train_many on the same problems (every
+    record of theta, loss, gap and gradient norm), and compare_logistic matches compare_methods."""
+    data = [al.datasets.separable_data(15, 3, s) for s in range(4)]
+    problems = [al.model.logistic_regression(X, y) for X, y in data]
+    fast = ex.logistic_descent(data, 300, method, lr)
+    slow = al.train_many(problems, 300, method, lr)
+    assert np.array_equal(fast.steps, slow.steps) and fast.theta.shape == slow.theta.shape
+    np.testing.assert_allclose(fast.theta, slow.theta, rtol=1e-11, atol=1e-13)
+    for name in ("loss", "log_gap", "log_grad_norm"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(slow, name), rtol=1e-10, atol=1e-12)
+    assert fast.stopped == slow.stopped and fast.seconds.shape == fast.steps.shape
+    sols = ex.solve_each(problems)
+    a = ex.compare_logistic(data, sols, 300, {method: lr})
+    b = ex.compare_methods(problems, sols, 300, {method: lr})
+    np.testing.assert_allclose(a.curves[method]["direction_error"], b.curves[method]["direction_error"], rtol=1e-9)
+    # the control: another step size is another trajectory
+    assert not np.allclose(ex.logistic_descent(data, 300, method, 2 * lr).theta[-1], slow.theta[-1], rtol=1e-3)
+
+
+def test_logistic_descent_rejects_a_bad_method_and_record():
+    data = [al.datasets.separable_data(10, 2, 0)]
+    with pytest.raises(ValueError, match="method"):
+        ex.logistic_descent(data, 10, "polyak", 1.0)
+    with pytest.raises(ValueError, match="record"):
+        ex.logistic_descent(data, 10, "gd", 1.0, record=[0, 20])
+    with pytest.raises(ValueError, match="lr"):
+        ex.logistic_descent(data, 10, "gd", float("inf"))
