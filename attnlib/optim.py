@@ -594,7 +594,10 @@ def train(
 
     def move(seen, loop):
         terms, log_scale, g, g_norm, log_gn = seen
-        loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
+        # A finite log-norm means a finite log-scale and a finite, non-zero ‖g‖: with finite
+        # parameters nothing is unusable, and the per-member tests (a dozen small calls) are skipped.
+        if not (np.isfinite(log_gn).all() and np.isfinite(flat).all()):
+            loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
         if rule.moves_itself:  # mirror / steepest / Adam rules (the last section of this module)
             return (flat - rule.update(flat, log_scale, g, lrs, state, prob.shape),)
         step, length = rule.move(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None, g, g_norm)
