@@ -37,6 +37,8 @@ __all__ = [
     "multi_input",
     "loss_study",
     "joint_tokens",
+    "joint_start",
+    "JOINT_JITTER",
     "separable_data",
     "random_tokens",
     "random_and_adversarial_starts",
@@ -125,16 +127,72 @@ def loss_study(C: float, loss: str = "logistic") -> TokenSelectionProblem:
     return prompt_attention(X, [1.0, 1.0], SCORE_HEAD, KEY_PLANE, loss)
 
 
-def joint_tokens(relaxed: bool = False, third=None) -> tuple[np.ndarray, np.ndarray]:
+#: How far a seed other than 0 moves [MMTS] Fig. 3's data and start (:func:`joint_tokens`,
+#: :func:`joint_start`): the relative change of the first coordinates of samples 1 and 2 (and of
+#: sample 3 in the first set); in the second set, the range by which sample 3's first coordinate
+#: grows and the range of its slack (see :func:`joint_tokens`); the standard deviation of the
+#: Gaussian added to p(0) and v(0).
+JOINT_JITTER = {"relative": 0.1, "third_first": 0.2, "slack": 0.5, "start": 0.1}
+
+
+def joint_tokens(relaxed: bool = False, third=None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """[MMTS] Fig. 3 joint-training data ``(X, y)``: ``d = 2``, ``W = I``, ``y = (1, −1, 1)``.
 
     ``X_1 = {(0,0), (1,1)}``, ``X_2 = {(0,0), (1,−1)}``, ``X_3 = {(0,0), (0.5, 1)}`` (every sample
     a support vector of the label SVM) or ``(0.5, 1.5)`` with ``relaxed=True`` (sample 3 is not).
     ``third`` overrides sample 3's second token.
+
+    ``seed = 0`` is the paper's data exactly. Any other seed moves them inside the same regime
+    (:data:`JOINT_JITTER`). The first coordinates ``a_1, a_2`` of the relevant tokens of samples 1
+    and 2 change by a relative ±10% (uniform), their second coordinates ``y_i`` stay, so the label
+    SVM stays ``v = (0, 1)``. In the first set sample 3's ``a_3`` changes alike, and every sample stays
+    a support vector. In the second set sample 3 is not a support vector, and its place decides the
+    limit of chapter 4's first-order direction ``p̂(1)``: with ``p̂`` the relaxed p-SVM's direction and
+    ``γ = 1/‖p_relax‖`` its margin, ``p̂(1)`` is the relaxed p-SVM when sample 3's exponent
+    ``⟨p̂, x_3⟩ + (h − 1)`` is at least ``γ``. The paper's set sits exactly on that edge (slack 0:
+    moved to ``(0.45, 1.5)`` or ``(0.5, 1.45)``, ``p̂(1)`` is 1.1° off the relaxed SVM). A seed draws
+    ``a_3 = 0.5 + U(0, 0.2)`` and a slack ``U(0, 0.5)`` and puts ``h`` where sample 3's exponent is ``γ``
+    plus the slack.
+
+    >>> X, y = joint_tokens(relaxed=True, seed=3)
+    >>> bool(np.all(X[:, 0] == 0) and np.all(X[:2, 1, 1] == (1.0, -1.0)) and X[2, 1, 1] > 1.0)
+    True
     """
+    check_integer("seed", seed, 0, 2**63 - 1)
     x3 = np.asarray(third if third is not None else ((0.5, 1.5) if relaxed else (0.5, 1.0)), float)
     X = np.array([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, -1.0]], [[0.0, 0.0], x3]])
+    if seed:
+        rng = np.random.default_rng([seed, 4])  # 4: this data's own stream (chapter 4)
+        rel = JOINT_JITTER["relative"]
+        a1, a2 = X[:2, 1, 0] * (1 + rng.uniform(-rel, rel, 2))
+        X[0, 1, 0], X[1, 1, 0] = a1, a2
+        if third is None and relaxed:
+            # the relaxed p-SVM of samples 1 and 2: the vertex of a1 p1 + p2 = 1 and a2 p1 - p2 = 1
+            p_relax = np.array([2.0, a2 - a1]) / (a1 + a2)
+            gamma = 1.0 / np.linalg.norm(p_relax)
+            p_hat = p_relax * gamma
+            a3 = 0.5 + rng.uniform(0, JOINT_JITTER["third_first"])
+            slack = rng.uniform(0, JOINT_JITTER["slack"])
+            X[2, 1] = a3, (gamma + 1.0 + slack - a3 * p_hat[0]) / (p_hat[1] + 1.0)
+        elif third is None:
+            X[2, 1, 0] *= 1 + rng.uniform(-rel, rel)
     return X, np.array([1.0, -1.0, 1.0])
+
+
+def joint_start(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """[MMTS] Fig. 3's start ``(p(0), v(0)) = ((0, −1), (−1, 0))`` at ``seed = 0``; any other seed adds
+    an independent Gaussian of standard deviation ``JOINT_JITTER["start"]`` to each.
+
+    >>> p0, v0 = joint_start()
+    >>> p0.tolist(), v0.tolist()
+    ([0.0, -1.0], [-1.0, 0.0])
+    """
+    check_integer("seed", seed, 0, 2**63 - 1)
+    if not seed:
+        return JOINT_P0.copy(), JOINT_V0.copy()
+    rng = np.random.default_rng([seed, 40])
+    p_noise, v_noise = JOINT_JITTER["start"] * rng.standard_normal((2, 2))
+    return JOINT_P0 + p_noise, JOINT_V0 + v_noise
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

@@ -237,3 +237,27 @@ def test_frobenius_fast_path_matches_cvxpy(seed, size):
         # Active sets agree except where cvxpy's own accuracy blurs a constraint across ACTIVE_TOL.
         differ = fast.neighbors != ref.neighbors
         assert np.all(np.abs(ref.constraint_values[differ] - 1) < 1e-5)
+
+
+def test_joint_tokens_seed_zero_is_the_paper_and_other_seeds_stay_in_its_regime():
+    """Seed 0: [MMTS] Fig. 3 exactly. Other seeds: the first set keeps every sample a support vector, the
+    second keeps S = {1, 2} with the first-order limit p_hat(1) on the relaxed p-SVM (chapter 4's regime)."""
+    for relaxed in (False, True):
+        X0, y0 = al.datasets.joint_tokens(relaxed=relaxed)
+        assert np.array_equal(X0, al.datasets.joint_tokens(relaxed=relaxed, seed=0)[0])
+        assert X0[2, 1].tolist() == ([0.5, 1.5] if relaxed else [0.5, 1.0])
+    assert [a.tolist() for a in al.datasets.joint_start(0)] == [[0.0, -1.0], [-1.0, 0.0]]
+    for seed in range(1, 41):
+        for relaxed, support in ((False, [0, 1, 2]), (True, [0, 1])):
+            X, y = al.datasets.joint_tokens(relaxed=relaxed, seed=seed)
+            assert not np.array_equal(X, al.datasets.joint_tokens(relaxed=relaxed)[0])
+            svms = al.joint_svms(X, y, select=1)
+            assert np.flatnonzero(svms.support).tolist() == support
+            assert al.angle_degrees(al.svm.balanced_direction(svms, rho=1.0), svms.relaxed.theta) < 1e-6
+        p0, v0 = al.datasets.joint_start(seed)
+        assert 0 < np.linalg.norm(p0 - al.datasets.JOINT_P0) < 1 and 0 < np.linalg.norm(v0 - al.datasets.JOINT_V0) < 1
+    # inward (against the edge the paper's second set sits on) the first-order limit leaves the relaxed SVM
+    svms = al.joint_svms(*al.datasets.joint_tokens(third=(0.45, 1.5)), select=1)
+    assert al.angle_degrees(al.svm.balanced_direction(svms, rho=1.0), svms.relaxed.theta) > 0.5
+    with pytest.raises(ValueError, match="seed"):
+        al.datasets.joint_tokens(seed=-1)

@@ -170,32 +170,47 @@ def check_rates(rows: list[dict]) -> list[dict]:
 
 def seed_independent(rows: list[dict]) -> list[dict]:
     """The checks whose value is the same on every seed of the table (at least two seeds), with the reason
-    the chapter declared (``seed_independent=`` of the predicate), or a note that it declared none: the
-    seeds then do not reach the claim, and the sweep adds no evidence for it.
+    the chapter declared (``seed_independent=`` of the predicate), or, when it declared none, what the
+    table itself shows: if a control's value changes with the seed, the seed does reach the instance and
+    the check's value sits at a bound it cannot pass (a count at its maximum, a rate of 1), which
+    ``reached`` records; otherwise the seeds do not reach the claim, and the sweep adds no evidence for it.
 
     >>> rows = [{"check": "a", "seed": s, "value": "0.5", "seed_independent": ""} for s in (1, 2)]
     >>> rows += [{"check": "b", "seed": s, "value": str(s), "seed_independent": ""} for s in (1, 2)]
-    >>> [(r["check"], r["value"], r["declared"]) for r in seed_independent(rows)]
-    [('a', '0.5', False)]
+    >>> rows += [{"check": "c", "seed": s, "value": "1.0", "controls": f'[["wrong", {s / 4}, "failed"]]'}
+    ...          for s in (1, 2)]
+    >>> [(r["check"], r["value"], r["declared"], r["reached"]) for r in seed_independent(rows)]
+    [('a', '0.5', False, False), ('c', '1.0', False, True)]
     """
     values: dict[str, dict] = {}
     for row in rows:
         if row["check"] == ERROR_CHECK:
             continue
-        entry = values.setdefault(row["check"], {"values": set(), "seeds": set(), "reason": ""})
+        entry = values.setdefault(row["check"], {"values": set(), "seeds": set(), "controls": set(), "reason": ""})
         entry["values"].add(row["value"])
         entry["seeds"].add(row["seed"])
+        entry["controls"].add(tuple((planted, str(value)) for planted, value, _ in controls_of(row)))
         entry["reason"] = entry["reason"] or row.get("seed_independent") or ""
     out = []
     for check, entry in values.items():
         if len(entry["seeds"]) >= 2 and len(entry["values"]) == 1:
-            reason = entry["reason"] or "none declared: the seed does not reach this check"
+            reached = not entry["reason"] and len(entry["controls"]) > 1
+            if entry["reason"]:
+                reason = entry["reason"]
+            elif reached:
+                reason = (
+                    "none declared; the seed reaches the instance (the controls' values change with it), "
+                    "and the value stays at the same bound"
+                )
+            else:
+                reason = "none declared: the seed does not reach this check"
             out.append(
                 {
                     "check": check,
                     "value": next(iter(entry["values"])),
                     "reason": reason,
                     "declared": bool(entry["reason"]),
+                    "reached": reached,
                 }
             )
     return out
@@ -315,11 +330,15 @@ def run_robustness(
     table_dir: str | os.PathLike | None = None,
     fixed: dict | None = None,
     progress: bool = True,
+    checks_only: bool = True,
 ) -> dict:
     """Sweep every chapter over ``seeds``; write its table and the sweep's record; return the record.
 
     ``fixed`` holds parameter values applied to every chapter that defines them (for cheap test
-    runs); the committed tables are made with each chapter's defaults.
+    runs); the committed tables are made with each chapter's defaults. ``checks_only`` (the
+    default): the points draw no figure and no explorer, since a table holds only the checks
+    (:func:`attnlib.book.run.execute_notebook`); the test suite reruns two seeds per chapter with
+    everything drawn and requires the table's verdicts.
     """
     root = Path(root)
     unknown = [c for c in chapters if not (root / "notebooks" / f"{c}.ipynb").exists()]
@@ -345,6 +364,7 @@ def run_robustness(
             backend=backend,
             scheduler=scheduler,
             progress=progress,
+            checks_only=checks_only,
         )
         # The table describes this run only: rows of earlier grids in the sweep's folder (another
         # version of the chapter, the same seeds) stay in the sweep's own results, not in the table.
@@ -353,6 +373,7 @@ def run_robustness(
         record["chapters"][chapter].update(
             backend=backend if scheduler is None else f"dask ({scheduler})",
             jobs=jobs,
+            checks_only=checks_only,
             wall_s=round(time.perf_counter() - start, 1),
         )
         write_json_atomically(table_dir / "sweep.json", record)
@@ -414,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
     parser.add_argument("-o", "--out", help=f"folder of the tables (default {TABLE_DIR})")
     parser.add_argument(
+        "--draw",
+        action="store_true",
+        help="draw every figure and explorer as the book does (default: checks only, faster; same checks)",
+    )
+    parser.add_argument(
         "--collect",
         action="store_true",
         help="run nothing: rewrite the tables and the record from the points already executed in _build/robustness",
@@ -431,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             backend=args.backend,
             scheduler=args.scheduler,
             table_dir=args.out,
+            checks_only=not args.draw,
         )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

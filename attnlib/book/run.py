@@ -585,6 +585,7 @@ def execute_notebook(
     name: str | None = None,
     progress: bool = False,
     timeout: float | None = None,
+    checks_only: bool = False,
 ) -> dict:
     """Execute ``notebook`` with papermill into ``output``; return (and write beside it) the summary.
 
@@ -598,6 +599,10 @@ def execute_notebook(
         name: how the summary names the notebook (default: ``notebook`` as given).
         progress: print a line on stderr as each code cell finishes.
         timeout: seconds a cell may run before the run stops with status ``timeout``.
+        checks_only: run every cell but draw nothing (robustness sweeps, which read only the checks):
+            the kernel gets matplotlib's Agg backend, so a figure is built but never rendered or
+            embedded, and explorers draw none of their positions (``ATTNLIB_EXPLORERS=skip``). The
+            checks are computed by the same cells as in a full run; the summary says which run it was.
 
     Raises:
         UsageError: before any kernel starts, for an unknown parameter or a bad output path.
@@ -636,9 +641,12 @@ def execute_notebook(
     try:
         # The kernel inherits ATTNLIB_EXPLORERS=static (precomputed explorers), and not MPLBACKEND: a
         # backend such as Agg (the test process's) would draw no figure into the notebook, and the
-        # book's figures and their labels would vanish from the executed copy.
-        with static_explorers(), mock.patch.dict(os.environ):
+        # book's figures and their labels would vanish from the executed copy. A checks-only run
+        # wants exactly that: Agg, and no explorer drawn.
+        with static_explorers("skip" if checks_only else "static"), mock.patch.dict(os.environ):
             os.environ.pop("MPLBACKEND", None)
+            if checks_only:
+                os.environ["MPLBACKEND"] = "agg"
             papermill.execute_notebook(
                 str(notebook),
                 str(tmp),
@@ -675,6 +683,7 @@ def execute_notebook(
         "status": status,
         "error": None if failure is None else _describe_error(failure),
         "duration_s": round(duration, 2),
+        "checks_only": bool(checks_only),
         "provenance": provenance(started),
         "checks": checks,
     }
@@ -736,6 +745,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="stop if a cell runs longer (exit code 5)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress line per cell")
+    parser.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="draw no figure and no explorer: the same checks, faster (what robustness sweeps run)",
+    )
     return parser.parse_args(argv)
 
 
@@ -785,7 +799,14 @@ def main(argv: list[str] | None = None, render_page=None) -> int:
         overrides = _overrides(args.parameter)
         output = args.output if args.output is not None else default_output(args.notebook, overrides)
         print(f"running {args.notebook} -> {output}", file=sys.stderr, flush=True)
-        summary = execute_notebook(args.notebook, output, overrides, progress=not args.quiet, timeout=args.timeout)
+        summary = execute_notebook(
+            args.notebook,
+            output,
+            overrides,
+            progress=not args.quiet,
+            timeout=args.timeout,
+            checks_only=args.checks_only,
+        )
     except ParameterError as exc:
         print(f"invalid parameter: {exc} (nothing was run; see --list-parameters)", file=sys.stderr)
         return EXIT_INVALID_PARAMETER

@@ -212,10 +212,10 @@ def _is_done(point: SweepPoint) -> dict | None:
     return summary if summary.get("status") in (OK, "claims failed") else None
 
 
-def _run_point(notebook: str, point: SweepPoint) -> dict:
+def _run_point(notebook: str, point: SweepPoint, checks_only: bool = False) -> dict:
     """Worker: execute one point (module-level so process pools and Dask can pickle it)."""
     try:
-        return execute_notebook(notebook, point.output, point.parameters, name=notebook)
+        return execute_notebook(notebook, point.output, point.parameters, name=notebook, checks_only=checks_only)
     except Exception as exc:  # a crash outside the notebook (disk, kernel start): record it
         summary = {
             "notebook": notebook,
@@ -346,6 +346,7 @@ def run_sweep(
     scheduler: str | None = None,
     progress: bool = True,
     max_points: int | None = MAX_POINTS,
+    checks_only: bool = False,
 ) -> SweepResult:
     """Run ``notebook`` at every point of ``grid`` (a dict NAME → list of values).
 
@@ -356,6 +357,8 @@ def run_sweep(
         scheduler: address of a running Dask scheduler (implies the Dask backend).
         progress: show a progress bar over points.
         max_points: refuse a larger grid (``None``: no limit; the command line's ``--yes``).
+        checks_only: draw no figure and no explorer (:func:`attnlib.book.run.execute_notebook`);
+            the command line's ``--checks-only``.
 
     Rows of an earlier sweep into ``out`` that this grid does not cover are kept in the tables.
 
@@ -410,7 +413,7 @@ def run_sweep(
     executor, cluster = _executor(backend, scheduler, jobs) if todo else (None, None)
     try:
         if executor is not None:
-            futures = {executor.submit(_run_point, str(notebook), p): p for p in todo}
+            futures = {executor.submit(_run_point, str(notebook), p, checks_only): p for p in todo}
             completed = as_completed(futures)
             if not isinstance(executor, ProcessPoolExecutor):
                 from dask.distributed import as_completed as dask_completed
@@ -479,6 +482,11 @@ def _parse_args(argv):
     parser.add_argument("--scheduler", metavar="ADDRESS", help="a running dask.distributed scheduler")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--yes", action="store_true", help=f"run a grid of more than {MAX_POINTS} points")
+    parser.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="draw no figure and no explorer (the checks are the same; each point is faster)",
+    )
     return parser.parse_args(argv)
 
 
@@ -500,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             args.scheduler,
             not args.no_progress,
             max_points=None if args.yes else MAX_POINTS,
+            checks_only=args.checks_only,
         )
     except ParameterError as exc:
         print(f"invalid parameter: {exc} (nothing was run; see run NOTEBOOK --list-parameters)", file=sys.stderr)

@@ -46,6 +46,7 @@ __all__ = [
     "path_animation",
     "figure_slider",
     "EXPLORERS_ENV",
+    "SkippedExplorer",
     "StaticSlider",
     "explorer",
     "explorer_mode",
@@ -53,7 +54,9 @@ __all__ = [
 ]
 
 EXPLORERS_ENV = "ATTNLIB_EXPLORERS"
-MODES = ("static", "live")
+MODES = ("static", "live", "skip")
+# "skip": a checks-only run (robustness sweeps: :func:`attnlib.book.run.execute_notebook` with
+# ``checks_only=True``) reads the notebook's checks and nothing else, so no position is drawn.
 
 
 def figure_png(fig, dpi: float | None = None) -> bytes:
@@ -103,6 +106,8 @@ def image_slider(
         raise ValueError("values must hold at least one slider position")
     if not 0 <= start < len(values):
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
+    if explorer_mode(mode) == "skip":
+        return SkippedExplorer(description, len(values))
     pngs = [figure_png(draw(v), dpi=dpi) for v in values]
     return _png_slider(pngs, [format_value(v) for v in values], description, start, mode)
 
@@ -252,6 +257,23 @@ def _kernel_slider(pngs: Sequence[bytes], labels: Sequence[str], description: st
     return box
 
 
+class SkippedExplorer:
+    """What an explorer shows in a checks-only run (``ATTNLIB_EXPLORERS=skip``): one line saying so.
+
+    >>> SkippedExplorer("step size", 5)
+    SkippedExplorer('step size', 5 positions not drawn)
+    """
+
+    def __init__(self, description: str, positions: int):
+        self.description, self.positions = str(description), int(positions)
+
+    def __repr__(self) -> str:
+        return f"SkippedExplorer({self.description!r}, {self.positions} positions not drawn)"
+
+    def _repr_html_(self) -> str:
+        return f"<p><i>explorer ({html.escape(self.description)}) not drawn: a checks-only run</i></p>"
+
+
 class StaticSlider:
     """A slider over precomputed PNG pictures, as self-contained HTML (displayed by its ``_repr_html_``).
 
@@ -346,6 +368,9 @@ def figure_slider(
         raise ValueError("values must hold at least one slider position")
     if not 0 <= start < len(values):
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
+    if explorer_mode(mode) == "skip":
+        plt.close(fig)
+        return SkippedExplorer(description, len(values))
     if dpi is None:
         dpi = 1.02 * explorer_dpi(fig.get_figwidth())  # 2% to spare: PNG widths round down
     pngs = []
@@ -362,15 +387,18 @@ def figure_slider(
 
 
 @contextlib.contextmanager
-def static_explorers() -> Iterator[None]:
-    """Within this block, kernels started from this process build static explorers.
+def static_explorers(mode: str = "static") -> Iterator[None]:
+    """Within this block, kernels started from this process build static explorers (``mode="skip"``:
+    none at all, for a checks-only run).
 
     Sets ``ATTNLIB_EXPLORERS=static`` in ``os.environ`` (a kernel started by papermill inherits it) and
     restores the previous value on exit. :func:`attnlib.book.run.execute_notebook` runs every notebook
     inside it: the book, ``python -m attnlib run`` and sweeps all produce the precomputed sliders.
     """
+    if mode not in ("static", "skip"):
+        raise ValueError(f"mode must be 'static' or 'skip', got {mode!r}")
     previous = os.environ.get(EXPLORERS_ENV)
-    os.environ[EXPLORERS_ENV] = "static"
+    os.environ[EXPLORERS_ENV] = mode
     try:
         yield
     finally:
@@ -520,6 +548,8 @@ def explorer(
         raise ValueError(f"start must be an index in [0, {len(values) - 1}], got {start}")
     if parameter in live:
         raise ValueError(f"{parameter!r} is the slider's parameter; it cannot also be a live control")
+    if explorer_mode(mode) == "skip":
+        return SkippedExplorer(description, len(values))
     if explorer_mode(mode) == "static":
         defaults = {name: getattr(value, "value", value) for name, value in live.items()}
         return image_slider(

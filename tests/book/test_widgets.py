@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import attnlib as al
+from attnlib.book.run import execute_notebook
 
 
 @pytest.fixture(autouse=True)
@@ -515,3 +516,37 @@ def test_chapter_5_explorer_recomputes_for_a_readers_seed_and_method_live(tmp_pa
     )
     assert printed.startswith("LIVE VBox True True [(10, 7, 'logistic', 500, 50.0, 0.2)]"), printed
     assert "seed = 7" in printed and "method = 'ngd'" in html.unescape(printed), printed
+
+
+def test_skip_mode_draws_no_position(monkeypatch):
+    """A checks-only run (ATTNLIB_EXPLORERS=skip): the explorer says so and never calls ``draw``."""
+    monkeypatch.setenv(al.book.widgets.EXPLORERS_ENV, "skip")
+    calls = []
+    out = al.explorer(_line_draw(calls), "slope", [0.0, 1.0, 2.0], "slope", live={"offset": 0.5})
+    assert isinstance(out, al.book.widgets.SkippedExplorer) and out.positions == 3 and calls == []
+    assert "not drawn" in out._repr_html_()
+    fig, _, line = _small_figure()
+    skipped = al.book.widgets.figure_slider(fig, lambda v: line.set_ydata([v, v]), [0.0, 1.0], "level")
+    assert isinstance(skipped, al.book.widgets.SkippedExplorer) and plt.get_fignums() == []
+
+
+def test_static_explorers_skip_mode_and_refuses_others(monkeypatch):
+    monkeypatch.delenv(al.book.widgets.EXPLORERS_ENV, raising=False)
+    with al.book.widgets.static_explorers("skip"):
+        assert al.book.widgets.explorer_mode() == "skip"
+    with pytest.raises(ValueError, match="'static' or 'skip'"), al.book.widgets.static_explorers("live"):
+        pass
+    assert al.book.widgets.EXPLORERS_ENV not in os.environ
+
+
+@pytest.mark.notebook
+def test_a_checks_only_run_draws_nothing_and_says_so(tmp_path):
+    """``execute_notebook(checks_only=True)``: Agg in the kernel (no figure embedded), no explorer
+    position drawn, and the summary records the kind of run."""
+    out = tmp_path / "explorer.ipynb"
+    summary = execute_notebook(FIXTURE, out, {"steps": 40}, checks_only=True)
+    assert summary["status"] == "ok" and summary["checks_only"] is True
+    outputs = [o for cell in json.loads(out.read_text())["cells"] for o in cell.get("outputs", [])]
+    assert not any("image/png" in o.get("data", {}) for o in outputs)
+    pages = "".join("".join(o["data"]["text/html"]) for o in outputs if "text/html" in o.get("data", {}))
+    assert "not drawn" in pages and 'class="attnlib-slider"' not in pages
