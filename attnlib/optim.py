@@ -54,10 +54,12 @@ __all__ = [
     "GradientDescent",
     "NormalizedGradientDescent",
     "PolyakStep",
+    "GDOrNGD",
     "step_rule",
     "check_schedule",
     "record_schedule",
     "train",
+    "train_together",
     "JointTrajectory",
     "train_joint",
     "train_joint_problem",
@@ -144,6 +146,26 @@ class BatchRecord:
         cut["stopped"] = tuple(self.stopped[b] for b in index)
         if np.ndim(self.lr):
             cut["lr"] = self.lr[index]
+        return replace(self, **cut)
+
+    def records(self, steps):
+        """The records at ``steps`` (increasing, each a recorded step) as a record of their own.
+
+        Every array field of shape (R, ...) is cut along its record axis; a stop after the last of
+        ``steps`` is not reported (the shorter record ends before it).
+
+        >>> import numpy as np, attnlib as al
+        >>> traj = al.train(al.datasets.single_input(), np.zeros((2, 3)), steps=10)
+        >>> traj.records([0, 4, 8]).theta.shape, traj.records([0, 4, 8]).steps.tolist()
+        ((3, 2, 3), [0, 4, 8])
+        """
+        steps = np.asarray(steps)
+        rows = np.searchsorted(self.steps, steps)
+        if steps.ndim != 1 or not steps.size or rows[-1] >= len(self.steps) or np.any(self.steps[rows] != steps):
+            raise ValueError(f"steps must be recorded steps of this record (within {self.steps.tolist()[:3]}...)")
+        names = [f.name for f in fields(self) if f.name != "lr" and isinstance(getattr(self, f.name), np.ndarray)]
+        cut = {name: getattr(self, name)[rows] for name in names}
+        cut["stopped"] = tuple(None if s is None or s.step > steps[-1] else s for s in self.stopped)
         return replace(self, **cut)
 
 
@@ -267,6 +289,33 @@ class NormalizedGradientDescent(StepRule):
 
     def lengths(self, lrs, log_grad_norm, log_gap=None):
         return lrs
+
+
+@dataclass(frozen=True, eq=False)
+class GDOrNGD(StepRule):
+    """Plain GD on the trajectories ``gd`` marks ((B,) bool), NGD on the others: one batch of :func:`train`.
+
+    Each trajectory takes the very step its own method takes (:meth:`GradientDescent.lengths` or
+    :meth:`NormalizedGradientDescent.lengths` along the same unit gradient, picked elementwise), so
+    its numbers are those of a run of that method alone (up to the last bit: numpy's vectorised
+    exp, log and products can round differently with the batch size), and both methods share one loop.
+    :func:`train_together` builds it.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> both = train(prob, np.zeros((2, 3)), 20, method=GDOrNGD(np.array([True, False])), lr=0.1)
+    >>> alone = [train(prob, np.zeros(3), 20, method=m, lr=0.1).final[0] for m in ("gd", "ngd")]
+    >>> bool(np.array_equal(both.final, np.stack(alone)))
+    True
+    """
+
+    gd: np.ndarray
+    name = "gd|ngd"
+
+    def lengths(self, lrs, log_grad_norm, log_gap=None):
+        if np.shape(self.gd) != np.shape(lrs):
+            raise ValueError(f"gd must mark each of the {len(lrs)} trajectories, got shape {np.shape(self.gd)}")
+        return np.where(self.gd, lrs * np.exp(log_grad_norm), lrs)
 
 
 @dataclass(frozen=True)
@@ -550,7 +599,10 @@ def train(
 
     def move(seen, loop):
         terms, log_scale, g, g_norm, log_gn = seen
-        loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
+        # A finite log-norm means a finite log-scale and a finite, non-zero ‖g‖: with finite
+        # parameters nothing is unusable, and the per-member tests (a dozen small calls) are skipped.
+        if not (np.isfinite(log_gn).all() and np.isfinite(flat).all()):
+            loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
         if rule.moves_itself:  # mirror / steepest / Adam rules (the last section of this module)
             return (flat - rule.update(flat, log_scale, g, lrs, state, prob.shape),)
         step, length = rule.move(lrs, log_gn, prob.log_gap_from(terms) if rule.needs_loss else None, g, g_norm)
@@ -573,6 +625,59 @@ def train(
         lr=float(lrs[0]) if np.ndim(lr) == 0 else lrs,
         seconds=out_seconds,
     )
+
+
+def train_together(prob: AttentionProblem, runs: Sequence[tuple], progress: bool | None = False) -> list[Trajectory]:
+    """Several GD and NGD runs on one problem as one batch of :func:`train`: one :class:`Trajectory` per run.
+
+    ``runs``: ``(method, theta0, lr, record_steps)`` each, ``method`` "gd" or "ngd", ``theta0``
+    (*shape) or (B_k, *shape), ``lr`` a step size or (B_k,), ``record_steps`` the increasing steps
+    to record (the last is the run's horizon). The batch steps to the largest horizon and records
+    the union of the steps; each run gets its own records back, with its own ``method`` and ``lr``,
+    and its numbers are those of its own :func:`train` call up to rounding (:class:`GDOrNGD`): what is shared is
+    the per-step cost of the loop, which dominates for small batches. A stop after a run's horizon
+    is not reported for it (:meth:`BatchRecord.records`). Not for a :class:`ProblemStack` (one trajectory per problem).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> gd, ngd = train_together(prob, [("gd", np.zeros(3), 1.0, [0, 5, 10]), ("ngd", np.ones((2, 3)), 0.1, [0, 20])])
+    >>> gd.theta.shape, ngd.theta.shape, ngd.method, float(gd.lr)
+    ((3, 1, 3), (2, 2, 3), 'ngd', 1.0)
+    >>> bool(np.array_equal(gd.final, train(prob, np.zeros(3), 10, method="gd", lr=1.0).final))
+    True
+    """
+    if isinstance(prob, ProblemStack):
+        raise ValueError("train_together trains one problem; for a stack of problems call train")
+    if not runs:
+        raise ValueError("runs must hold at least one (method, theta0, lr, record_steps)")
+    starts, lrs, marks, records, sizes = [], [], [], [], []
+    for method, theta0, lr, record_steps in runs:
+        if method not in ("gd", "ngd"):
+            raise ValueError(f"method must be 'gd' or 'ngd' in train_together, got {method!r}")
+        theta = np.array(theta0, dtype=float)
+        theta = theta[None] if theta.shape == tuple(prob.shape) else theta
+        record = np.asarray(record_steps)
+        records.append(_explicit_record(record, int(record[-1]) if record.size else 0))
+        sizes.append(len(theta))
+        starts.append(theta)
+        lrs.append(_step_sizes(lr, len(theta)))
+        marks.append(np.full(len(theta), method == "gd"))
+    union = np.unique(np.concatenate(records))
+    both = train(
+        prob,
+        np.concatenate(starts),
+        int(union[-1]),
+        method=GDOrNGD(np.concatenate(marks)),
+        lr=np.concatenate(lrs),
+        progress=progress,
+        record_steps=union,
+    )
+    out, first = [], 0
+    for (method, _, lr, _), record, size in zip(runs, records, sizes):
+        run = both.select(slice(first, first + size)).records(record)
+        out.append(replace(run, method=method, lr=run.lr if np.ndim(lr) else float(lr)))
+        first += size
+    return out
 
 
 @dataclass(frozen=True, eq=False)

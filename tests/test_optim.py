@@ -610,3 +610,50 @@ def test_ngd_cross_attention_pads_tokens_out_of_the_softmax():
         al.optim.ngd_cross_attention(X, y, u, Z, 4, factorised=[True])
     with pytest.raises(ValueError, match=r"X must be \(B, n, T, d\)"):
         al.optim.ngd_cross_attention(X[0], y, u, Z, 4)
+
+
+def test_train_together_matches_separate_runs():
+    # GD and NGD runs sharing one batch (GDOrNGD) give the numbers of their own train calls, up to
+    # rounding: numpy's vectorised exp/log can round the last bit differently with the batch size.
+    prob = al.datasets.multi_input(0)
+    starts = np.random.default_rng(1).normal(size=(3, 3))
+    gd, ngd, slow = al.optim.train_together(
+        prob,
+        [
+            ("gd", starts, 1.0, al.log_steps(300, 8)),
+            ("ngd", starts[:2], 0.1, np.arange(0, 201, 5)),
+            ("gd", starts, 0.01, [0, 50]),
+        ],
+    )
+    alone = [
+        al.train(prob, starts, 300, method="gd", lr=1.0, record_steps=al.log_steps(300, 8)),
+        al.train(prob, starts[:2], 200, method="ngd", lr=0.1, record_every=5),
+        al.train(prob, starts, 50, method="gd", lr=0.01, record_steps=[0, 50]),
+    ]
+    for run, ref in zip((gd, ngd, slow), alone):
+        assert run.method == ref.method and run.lr == ref.lr
+        assert np.array_equal(run.steps, ref.steps)
+        for name in ("theta", "loss", "log_gap", "log_grad_norm"):
+            np.testing.assert_allclose(getattr(run, name), getattr(ref, name), rtol=1e-12, atol=1e-12, err_msg=name)
+        assert run.stopped == ref.stopped
+
+
+def test_train_together_rejects_bad_runs():
+    prob = al.datasets.single_input()
+    with pytest.raises(ValueError, match="method"):
+        al.optim.train_together(prob, [("polyak", np.zeros(3), 1.0, [0, 5])])
+    with pytest.raises(ValueError, match="record_steps"):
+        al.optim.train_together(prob, [("gd", np.zeros(3), 1.0, [5, 0])])
+    with pytest.raises(ValueError, match="lr"):
+        al.optim.train_together(prob, [("gd", np.zeros((2, 3)), [1.0, 2.0, 3.0], [0, 5])])
+    with pytest.raises(ValueError, match="at least one"):
+        al.optim.train_together(prob, [])
+
+
+def test_records_cuts_the_record_axis():
+    traj = al.train(al.datasets.single_input(), np.zeros((2, 3)), steps=20, record_every=2)
+    part = traj.records([0, 4, 10])
+    assert part.theta.shape == (3, 2, 3) and np.array_equal(part.theta, traj.theta[[0, 2, 5]])
+    assert np.array_equal(part.loss, traj.loss[[0, 2, 5]]) and part.seconds.shape == (3,)
+    with pytest.raises(ValueError, match="recorded steps"):
+        traj.records([0, 3])

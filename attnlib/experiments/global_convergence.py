@@ -18,7 +18,7 @@ from ..fits import half_decade_slopes
 from ..flow import flow_grid, gradient_flow, smoothness_bound
 from ..metrics import cosine, offset_exponent, one_minus_cosine, orthogonal_offset
 from ..model import TokenSelectionProblem, stack_problems, token_selection
-from ..optim import train
+from ..optim import record_schedule, train_together
 from ..svm import InfeasibleError, max_margin
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "descent_ratio",
     "offset_relaxation_reason",
     "offset_check_horizon",
+    "ngd_check_record",
     "norm_log_slope",
     "TRAP_KEYS",
     "TRAP_START",
@@ -274,6 +275,22 @@ def offset_check_horizon(prob: TokenSelectionProblem, sol, base: int, lr: float,
     return int(min(max(base, np.ceil(12 / (kappa * lr))), cap * base))
 
 
+def ngd_check_record(prob: TokenSelectionProblem, sol, figure_record, steps: int, base: int, lr: float) -> np.ndarray:
+    """Records of one NGD run: ``figure_record`` up to ``steps``, then every 10 steps to the checks' horizon.
+
+    The horizon is :func:`offset_check_horizon` (``base`` NGD steps or more, decided from the SVM);
+    one run to it, recorded at both, replaces a run to ``steps`` continued from its end (the same
+    iterates). ``figure_record`` increasing steps within ``[0, steps]``; returns increasing steps.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)
+    >>> ngd_check_record(prob, al.max_margin(prob), np.arange(3), 2, 100, 0.1)[[0, 1, 2, 3, -1]].tolist()
+    [0, 1, 2, 12, 120]
+    """
+    T = offset_check_horizon(prob, sol, base, lr)
+    return np.union1d(np.asarray(figure_record, int), steps + record_schedule(T - steps, 10))
+
+
 def norm_log_slope(steps, norm, theta, direction) -> tuple[float, float]:
     """Plain GD's ``d‖p‖/d log t`` over the last half-decade in units of ``M = ‖direction‖``, and a tolerance.
 
@@ -344,7 +361,8 @@ def trap_certificate(prob: TokenSelectionProblem, start, t_max: float = 1e15, gd
     flow = gradient_flow(prob, starts, t_max=t_max)
     L = smoothness_bound(prob)
     record = np.unique(np.r_[0, np.geomspace(1, gd_steps, 60).astype(int)])
-    gd = {c: train(prob, starts, gd_steps, method="gd", lr=c / L, record_steps=record) for c in (0.1, 1.0)}
+    fractions = (0.1, 1.0)  # one batch: the two step sizes share the loop (train_together)
+    gd = dict(zip(fractions, train_together(prob, [("gd", starts, c / L, record) for c in fractions])))
 
     def summary(run):
         log_sigma = prob.log_attention(run.theta[-1])  # (2 runs, n, T)
@@ -440,9 +458,10 @@ def step_size_sweep(prob: TokenSelectionProblem, starts, products, steps: int) -
         log_sigma = prob.log_attention(theta)[..., np.arange(prob.n), prob.opt]
         return np.any(log_sigma < -np.log(2), axis=-1)
 
+    every_step = np.arange(steps + 1)
+    runs = train_together(prob, [("gd", starts, c / L, every_step) for c in products])  # one batch
     rows = []
-    for c in products:
-        run = train(prob, starts, steps, method="gd", lr=c / L, record_every=1)
+    for c, run in zip(products, runs):
         with np.errstate(invalid="ignore"):
             rises = np.diff(run.loss, axis=0) > 1e-12 * np.abs(run.loss[:-1])
         first = np.flatnonzero(rises.any(axis=1))

@@ -32,6 +32,18 @@ __all__ = [
 ]
 
 
+def _major_log_ticks(*axes) -> None:
+    """No minor ticks on the log-scaled axes of ``axes``: matplotlib lays out and draws each minor
+    tick (two marks, a grid line, two labels) at every draw, and a log axis over ten decades has
+    about eighty of them, most of a figure's rendering time; the major ticks keep the decades labelled."""
+    from matplotlib.ticker import NullLocator
+
+    for ax in axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_minor_locator(NullLocator())
+
+
 def margin_strips(
     ax,
     prob: TokenSelectionProblem,
@@ -202,6 +214,7 @@ def direction_error_curves(ax, steps, theta, theta_mm, colors, labels, slope=Non
         guide = error[-1].max() * (steps[1:] / steps[-1]) ** slope
         ax.loglog(steps[1:], guide, "k--", lw=1, label=rf"slope ${slope:g}$: bounded offset")
     ax.set(xlabel="iteration $t$", ylabel=r"$1 - \cos(p(t), p^{\mathrm{mm}\star})$")
+    _major_log_ticks(ax)
     return ax
 
 
@@ -311,6 +324,7 @@ def offset_study(runs: dict, predicted, shown: int, labels: dict, colors: dict):
     axes[2].set_title("(c) final offset vs C")
     for ax in axes:
         ax.legend(loc="lower left")
+    _major_log_ticks(*axes)
     fig.tight_layout()
     return fig
 
@@ -344,6 +358,7 @@ def random_start_runs(theta, steps, long_steps, long_theta, theta_mm, adversaria
     axes[1].annotate(" the figures' horizon", (steps, 2e-6))
     axes[1].set(xlabel="iteration $t$", ylabel=r"$1 - \cos(p(t), p^{\mathrm{mm}\star})$", ylim=(1e-7, 3))
     axes[1].set_title(f"(b) direction error of every run, continued to {int(long_steps[-1])} steps")
+    _major_log_ticks(*axes)
     fig.tight_layout()
     return fig
 
@@ -385,6 +400,7 @@ def gd_against_ngd(prob: TokenSelectionProblem, theta_mm, gd, ngd, zero: int, wi
     axes[1].set_title("(b) attention not on the optimal tokens")
     for ax in axes:
         ax.legend(loc="lower left" if ax is not axes[2] else "upper left")
+    _major_log_ticks(*axes)
     fig.tight_layout()
     return fig, slope
 
@@ -412,6 +428,7 @@ def gap_descent_and_w_panels(axes, gap_curves, grid, cos, theta_mm, w_steps, w_e
         axes[2].plot([], [], color=color, label=label)
     axes[2].set(xlabel="iteration $t$", ylabel=r"$1 - \mathrm{corr}(W(t), \cdot)$", title="(c) NGD on $W$")
     axes[2].legend(loc="lower left")
+    _major_log_ticks(*axes)
     return axes
 
 
@@ -432,6 +449,7 @@ def norm_and_offset_settling(axes, steps, norm, M, offset_error, kappa_M):
     axes[1].set(xlabel="iteration $t$", ylabel=r"$|p_2(t) - p_2(\infty)|$", title="(b) the offset settles")
     for ax in axes:
         ax.legend(loc="best")
+    _major_log_ticks(*axes)
     return axes
 
 
@@ -454,6 +472,7 @@ def flow_direction_panels(axes, runs):
     axes[1].set_xlim(left=0)
     for ax in axes:
         ax.legend(loc="best")
+    _major_log_ticks(*axes)
     return axes
 
 
@@ -478,6 +497,7 @@ def trap_panels(axes, prob: TokenSelectionProblem, flow, theta_mm, grid, trapped
     axes[2].set(xlabel="$p_1(0)$", ylabel="$p_2(0)$", title=f"(c) trapped starts (red): {trapped.mean():.0%}")
     for ax in axes:
         ax.legend(loc="best")
+    _major_log_ticks(*axes)
     return axes
 
 
@@ -494,4 +514,5 @@ def step_size_panels(axes, rows, labels):
     axes[1].axvline(1, color="k", ls=":", lw=1)
     axes[1].set(xlabel=r"$\eta L$", ylabel="share of starts trapped", title="(b) the basin of the trap")
     axes[1].legend(loc="best")
+    _major_log_ticks(*axes)
     return axes
