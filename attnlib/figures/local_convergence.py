@@ -275,7 +275,7 @@ def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
         ylabel="1 − corr(W(t), reference)",
         title="(a) distance to the three references",
     )
-    ax_a.legend(fontsize=7, ncol=2)
+    ax_a.legend(ncol=2)
     ax_b.axvline(well_masked, color="0.5", lw=0.8)
     ax_b.set(
         xscale="log",
@@ -284,7 +284,7 @@ def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
         ylabel=r"final 1 − corr(W, $W^{\mathrm{SVMeq}}$)",
         title="(b) masking and the SVM equivalence",
     )
-    ax_b.legend(fontsize=7)
+    ax_b.legend()
     for ax, axis in ((ax_a, "y"), (ax_b, "both")):  # few log tick labels: their mathtext is most of the cost
         ax.locator_params(axis=axis, numticks=5)
         ax.minorticks_off()
@@ -298,5 +298,5 @@ def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
             ylabel="head output f (label −1: lower is better)",
             title=f"(c) {label}",
         )
-        axes[2].legend(fontsize=7)
+        axes[2].legend()
     return axes
