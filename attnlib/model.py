@@ -319,22 +319,22 @@ def _exp(x: np.ndarray) -> np.ndarray:
     """``np.exp(x)`` with the same bits, several times faster where many entries underflow.
 
     numpy's vectorised exp recomputes a whole SIMD vector on its slow path when one lane
-    underflows or is ``−inf``, the common case here (the softmax of a saturated run); the
-    other lanes' values do not depend on it. So exp is taken of ``max(x, −700)`` and the
-    entries below −700 are set afterwards: 0 below −746 (where exp(x) < 2⁻¹⁰⁷⁵ rounds to 0),
-    np.exp itself in between.
+    underflows, the common case here (the softmax of a saturated run); the other lanes' values
+    do not depend on it. So exp is taken of ``max(x, −700)`` and the entries below −700 are
+    set afterwards: 0 below −746 (where exp(x) < 2⁻¹⁰⁷⁵ rounds to 0), np.exp itself in between.
 
     >>> x = np.array([0.0, -1.0, -720.0, -745.5, -800.0, -np.inf, np.nan])
     >>> bool(np.array_equal(_exp(x), np.exp(x), equal_nan=True))
     True
     """
-    out = np.exp(np.maximum(x, _EXP_NORMAL))
     low = x < _EXP_NORMAL
-    if low.any():
-        np.copyto(out, 0.0, where=low)
-        band = low & (x > _EXP_ZERO)
-        if band.any():
-            out[band] = np.exp(x[band])
+    if not low.any():
+        return np.exp(x)
+    out = np.exp(np.maximum(x, _EXP_NORMAL))
+    out *= ~low  # exact: finite values times 1, or 0
+    band = low & (x > _EXP_ZERO)
+    if band.any():
+        out[band] = np.exp(x[band])
     return out
 
 
@@ -375,7 +375,8 @@ def _fused_step(logits: np.ndarray, gamma: np.ndarray, log_score_gap: np.ndarray
     operation for operation (the same bits), on arrays laid out ``(T, B, n)`` instead of
     ``(B, n, T)``: a reduction over tokens is then ``T`` vectorised calls over all ``B·n``
     samples, and a per-sample quantity (B, n) broadcasts along whole rows, where over a short
-    last axis numpy loops sample by sample. Each exponential is taken once.
+    last axis numpy loops sample by sample. The reference token is addressed by index, not by
+    masks, and the exponentials avoid numpy's slow underflow path (:func:`_exp`).
 
     Args: ``logits``, ``gamma``, ``log_score_gap`` (T, B, n) contiguous; ``gamma_opt`` (B, n).
     Returns ``log_sigma`` (T, B, n), ``log_delta`` and ``output`` (B, n), ``m`` (B,) and the
@@ -383,30 +384,33 @@ def _fused_step(logits: np.ndarray, gamma: np.ndarray, log_score_gap: np.ndarray
     """
     T, B, n = logits.shape
     shifted = logits - logits.max(axis=0)
-    log_sigma = shifted - np.log(_token_sum(_exp(shifted)))
+    log_norm = np.log(_token_sum(_exp(shifted)))
+    log_sigma = shifted - log_norm
     # δ_i = Σ_t σ_it Δ_it in log space (logsumexp, max-subtracted)
     a = log_sigma + log_score_gap
     top = a.max(axis=0)
     top = np.where(np.isfinite(top), top, 0.0)
     log_delta = np.log(_token_sum(_exp(a - top))) + top
     output = gamma_opt - np.exp(log_delta)
-    # The reference token r_i: the first maximum of log σ_i (np.argmax's choice on ties).
-    top_sigma = log_sigma.max(axis=0)
-    is_ref = log_sigma == top_sigma
-    if np.count_nonzero(is_ref) != B * n or np.isnan(top_sigma).any():  # a tie (e.g. at θ = 0) or a NaN
-        is_ref = np.arange(T)[:, None, None] == np.argmax(log_sigma, axis=0)
-    gamma_ref = np.where(is_ref, gamma, -np.inf).max(axis=0)
-    ref_gap = gamma_ref - gamma  # γ_ir − γ_it
-    diff = _token_sum(_exp(log_sigma) * ref_gap) - ref_gap  # γ_it − u_i, cancellation-free
-    log_neg_dloss = np.log(-loss.derivative(output))
-    log_abs = (log_neg_dloss - np.log(n)) + log_sigma
-    log_abs += np.log(np.abs(diff))
-    np.copyto(log_abs, -np.inf, where=is_ref)
+    # The reference token r_i, np.argmax's choice (the first maximum of log σ_i). max_t log σ_it is
+    # exactly 0 − log Σ_t exp(shifted): the maximum of the shifted logits is 0.
+    ref = np.flatnonzero(log_sigma == -log_norm)  # flat indices t·(B·n) + sample, one per sample unless tied
+    if len(ref) != B * n or np.isnan(log_norm).any():  # a tie (e.g. at θ = 0) or a NaN
+        ref = np.flatnonzero(np.arange(T)[:, None, None] == np.argmax(log_sigma, axis=0))
+    sample = ref % (B * n)
+    gamma_ref = np.empty(B * n)
+    gamma_ref[sample] = gamma.reshape(-1)[ref]
+    ref_gap = gamma_ref.reshape(B, n) - gamma  # γ_ir − γ_it
+    # u_i − γ_it (= −(γ_it − u_i) exactly: IEEE subtraction is antisymmetric), cancellation-free
+    neg_diff = ref_gap - _token_sum(_exp(log_sigma) * ref_gap)
+    log_abs = (np.log(-loss.derivative(output)) - np.log(n)) + log_sigma
+    log_abs += np.log(np.abs(neg_diff))
+    log_abs.reshape(-1)[ref] = -np.inf
     m = log_abs.max(axis=0).max(axis=-1)
     finite_m = np.where(np.isfinite(m), m, 0.0)
     log_abs -= np.repeat(finite_m, n).reshape(B, n)
-    w_scaled = np.copysign(_exp(log_abs), -diff)  # −sign(diff)·exp(…): exp(−inf) = 0 where diff = 0
-    np.copyto(w_scaled, -_token_sum(w_scaled), where=is_ref)
+    w_scaled = np.copysign(_exp(log_abs), neg_diff)  # −sign(γ_it − u_i)·exp(…); exp(−inf) = 0 where it is 0
+    w_scaled.reshape(-1)[ref] = -_token_sum(w_scaled).reshape(-1)[sample]
     return log_sigma, log_delta, output, m, w_scaled
 
 

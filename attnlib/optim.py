@@ -1134,7 +1134,10 @@ def train_kq(
 
     def move(seen, loop):
         _, log_scale, gK, gQ, nK, nQ, g_norm, log_gn, log_gap = seen
-        loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
+        # As in train(): with a finite log-norm and finite factors nothing is unusable, and the
+        # per-member tests (reductions over two axes of K and Q) are skipped.
+        if not (np.isfinite(log_gn).all() and np.isfinite(K).all() and np.isfinite(Q).all()):
+            loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
         if method == "ngd" and normalize == "separate":
             mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
             mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)
