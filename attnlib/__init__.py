@@ -61,7 +61,7 @@ from .metrics import one_minus_cosine, orthogonal_offset
 from .fits import fit_slope
 
 # The book's machinery a chapter calls: its checks, its parameter validation, its explorers.
-from .book import Checks, explorer, integer, list_of, one_of, real, text, validate
+from .book import Checks, integer, list_of, one_of, real, text, validate
 
 __version__ = "0.1.0"
 
@@ -69,14 +69,16 @@ _LAZY_ROOMS = ("flow", "basins", "experiments", "figures")
 
 
 def __getattr__(name: str):
-    """Load a lazy room (``flow``, ``basins``, ``experiments``, ``figures``) on first access."""
+    """Load a lazy room (``flow``, ``basins``, ``experiments``, ``figures``) or ``explorer`` on first access."""
     if name in _LAZY_ROOMS:
         return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
+    if name == "explorer":  # from attnlib.book.widgets, which imports matplotlib: also on first use
+        return book.explorer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_ROOMS))
+    return sorted(set(globals()) | set(_LAZY_ROOMS) | {"explorer"})
 
 
 __all__ = [

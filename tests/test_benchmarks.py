@@ -165,3 +165,25 @@ def test_the_committed_side_by_side_run_carries_date_machine_and_load():
         for r in records:
             assert r["seconds"] > 0 and len(r["load_before"]["load_average"]) == 3 and r["load_before"]["uptime"]
     assert data["summary"] == json.loads(json.dumps(sbs.summarize(data["rounds"])))
+
+
+# ------------------------------------------------------------------ the fused training step
+def test_step_benchmark_times_both_steps_on_identical_runs(tmp_path):
+    """benchmarks/step.py runs the fused and the unfused step alternately, refuses if their
+    trajectories differ, and writes CPU seconds with one ratio per round."""
+    import importlib.util
+    import json
+
+    sys.path.insert(0, str(BENCH))  # step imports its sibling machine_info
+    try:
+        spec = importlib.util.spec_from_file_location("step_benchmark", BENCH / "step.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out = tmp_path / "step.json"
+        result = module.main(["--steps", "3", "--rounds", "2", "--out", str(out)])
+    finally:
+        sys.path.remove(str(BENCH))
+    assert json.loads(out.read_text())["median_ratio"] == result["median_ratio"]
+    for kind in ("W", "KQ"):
+        assert len(result["ratio_per_round"][kind]) == 2
+        assert all(t > 0 for t in result["cpu_seconds"][kind]["fused"] + result["cpu_seconds"][kind]["unfused"])
