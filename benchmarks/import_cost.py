@@ -22,6 +22,7 @@ from pathlib import Path
 from machine_info import load, machine, utc_now
 
 ROOT = Path(__file__).resolve().parent.parent
+STAGES = ("import", "script_first_use", "page_first_use")
 HEAVY = ("matplotlib", "matplotlib.pyplot", "scipy.special", "scipy.integrate", "scipy.optimize", "cvxpy", "ipywidgets")
 
 PROBE = """
@@ -58,7 +59,7 @@ def main(argv=None) -> dict:
         "machine": machine(),
         "load_before": before,
         "load_after": load(),
-        "cpu_seconds": {k: statistics.median(r[k] for r in runs) for k in ("import", "script_first_use", "page_first_use")},
+        "cpu_seconds": {k: statistics.median(r[k] for r in runs) for k in STAGES},
         "loaded_by_import": runs[0]["loaded"],
         "runs": runs,
     }
