@@ -106,7 +106,11 @@ def test_committed_results_hold_ratios_only_for_pairs_measured_together():
     for path in sorted((BENCH / "results").glob("*.json")):
         data = json.loads(path.read_text())
         ratios = list(_ratio_keys(data))
-        if path.name != "side_by_side.json":
+        if path.name == "step.json":  # fused over unfused step, both timed in each round of one process
+            for kind, per_round in data["ratio_per_round"].items():
+                cpu = data["cpu_seconds"][kind]
+                assert per_round == [old / new for old, new in zip(cpu["unfused"], cpu["fused"])]
+        elif path.name != "side_by_side.json":
             assert ratios == [], f"{path.name} holds ratios {ratios} without a side-by-side run"
     core = json.loads((BENCH / "results" / "core.json").read_text())
     for section in ("local_converge", "rank_grid"):
