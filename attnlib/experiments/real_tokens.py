@@ -489,6 +489,24 @@ class OptimizerRace:
         first = np.where(reached.any(axis=0), self.steps[np.argmax(reached, axis=0)], np.inf)
         return first.astype(float)
 
+    def grid(self, label: str) -> list[int]:
+        """The columns of optimizer ``label`` (e.g. "NGD"), one per step of its grid."""
+        return [m for m, name in enumerate(self.labels) if name.rsplit(" ", 1)[0] == label]
+
+    def best(self, label: str, target: float) -> tuple[np.ndarray, np.ndarray]:
+        """Optimizer ``label`` at the best step of its grid on each set: ``(first steps (S,), columns (S,))``.
+
+        The first recorded step with training loss ≤ ``target`` (one step after the end where it is
+        never reached), the smallest over the grid, and the column that reaches it (ties: the first).
+        """
+        columns = self.grid(label)
+        if not columns:
+            raise ValueError(f"label must be one of the optimizers {sorted({n.rsplit(' ', 1)[0] for n in self.labels})}, got {label!r}")
+        first = self.steps_to(target)[:, columns]
+        first = np.where(np.isfinite(first), first, self.steps[-1] + 1)
+        pick = np.argmin(first, axis=1)
+        return first[np.arange(len(first)), pick], np.asarray(columns)[pick]
+
     def selections(self, record: int = -1) -> np.ndarray:
         """The most-attended patch of every training image at a record: (S, M, n)."""
         S, M = self.loss.shape[1:]
@@ -510,18 +528,22 @@ def optimizer_race(
 
     Args:
         datasets: S data sets of equal token shape.  n_train: training images per set.
-        steps: iterations.  lrs: step size per method name ("gd", "ngd", "polyak").
+        steps: iterations.  lrs: per method name ("gd", "ngd", "polyak") a step size or a grid of them;
+            each optimizer runs at every step of its grid, labelled e.g. "NGD 1" (see :meth:`OptimizerRace.best`).
         batch_size: images per mini-batch.  seed: seeds the mini-batch streams.
 
     >>> import attnlib as al
     >>> sets = [al.datasets.digit_patches(patch=4, n=30, seed=s) for s in (0, 1)]
     >>> race = optimizer_race(sets, 12, 20, {"gd": 1.0, "ngd": 0.1, "polyak": 0.5}, 4)
-    >>> race.loss.shape, race.labels[:3]
-    ((..., 2, 6), ('GD', 'NGD', 'Polyak'))
+    >>> race.loss.shape[1:], race.labels[:3]
+    ((2, 6), ('GD 1', 'NGD 0.1', 'Polyak 0.5'))
     """
     datasets = list(datasets)
     n_train = check_integer("n_train", n_train, 2, min(D.n for D in datasets) - 1)
-    runs = [(label, method, mini, lrs[method]) for label, method, mini in RACE_METHODS] + list(extra)
+    grid = {method: np.atleast_1d(np.asarray(lrs[method], float)) for _, method, _ in RACE_METHODS}
+    runs = [
+        (f"{label} {lr:g}", method, mini, float(lr)) for label, method, mini in RACE_METHODS for lr in grid[method]
+    ] + list(extra)
     S, M = len(datasets), len(runs)
     train_sets = tuple(D.subset(slice(0, n_train)) for D in datasets)
     test_sets = tuple(D.subset(slice(n_train, None)) for D in datasets)
