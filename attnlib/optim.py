@@ -922,7 +922,9 @@ def train_joint_methods(
         batch_loss = np.sum(c * joint.loss.value(u), axis=-1)  # only the Polyak step reads it
         move_p, move_v = np.zeros_like(p), np.zeros_like(v)
         for name, rule in rules.items():
-            mp, mv, stops = rule.joint_moves(lrs, batch_loss, (m_p, g_p, n_p), (m_v, g_v, n_v), loop.active & rows[name])
+            mp, mv, stops = rule.joint_moves(
+                lrs, batch_loss, (m_p, g_p, n_p), (m_v, g_v, n_v), loop.active & rows[name]
+            )
             move_p[rows[name]], move_v[rows[name]] = mp[rows[name]], mv[rows[name]]
             for mask, why in stops:
                 loop.stop(mask & rows[name], why)

@@ -501,7 +501,8 @@ class OptimizerRace:
         """
         columns = self.grid(label)
         if not columns:
-            raise ValueError(f"label must be one of the optimizers {sorted({n.rsplit(' ', 1)[0] for n in self.labels})}, got {label!r}")
+            known = sorted({name.rsplit(" ", 1)[0] for name in self.labels})
+            raise ValueError(f"label must be one of the optimizers {known}, got {label!r}")
         first = self.steps_to(target)[:, columns]
         first = np.where(np.isfinite(first), first, self.steps[-1] + 1)
         pick = np.argmin(first, axis=1)
@@ -577,11 +578,11 @@ def optimizer_race(
     top = np.exp(problem.log_attention(traj.p).max(-1)).mean(-1)  # (R, S·M)
     accuracy = np.empty((R, S * M))
     for s, D in enumerate(test_sets):
-        test_problem = FactoredDecoderAttention(
-            D.X[None], D.y[None], np.eye(d), "logistic", pooled_queries(D.X)[None]
-        )
+        test_problem = FactoredDecoderAttention(D.X[None], D.y[None], np.eye(d), "logistic", pooled_queries(D.X)[None])
         rows = slice(s * M, (s + 1) * M)
-        accuracy[:, rows] = np.mean(test_problem.output(traj.p[:, rows, None], traj.v[:, rows, None])[..., 0, :] > 0, -1)
+        accuracy[:, rows] = np.mean(
+            test_problem.output(traj.p[:, rows, None], traj.v[:, rows, None])[..., 0, :] > 0, -1
+        )
     shape = (R, S, M)
     return OptimizerRace(
         tuple(r[0] for r in runs),

@@ -190,7 +190,7 @@ def _race(steps=30):
 def test_optimizer_race_shapes_and_records():
     race = _race()
     R = len(race.steps)
-    assert race.labels == ("GD", "NGD", "Polyak", "SGD", "SNGD", "SPS", "GD, step/10")
+    assert race.labels == ("GD 10", "NGD 1", "Polyak 0.5", "SGD 10", "SNGD 1", "SPS 0.5", "GD, step/10")
     assert race.loss.shape == race.top_mass.shape == race.test_accuracy.shape == (R, 2, 7)
     assert race.W.shape == (R, 2, 7, 20, 20) and race.u.shape == (R, 2, 7, 20)
     assert np.allclose(race.loss[0], np.log(2)) and np.allclose(race.top_mass[0], 1 / 4)  # W = u = 0
@@ -224,3 +224,16 @@ def test_selection_svm_correlations_and_controls():
 def test_pooled_queries_rejects_bad_shape():
     with pytest.raises(ValueError, match="X must"):
         al.experiments.real_tokens.pooled_queries(np.ones((3, 4)))
+
+
+def test_optimizer_race_best_of_grid():
+    sets = [al.datasets.digit_patches(patch=4, n=30, seed=s) for s in (0, 1)]
+    lrs = {"gd": [1.0, 10.0], "ngd": 1.0, "polyak": 0.5}
+    race = al.experiments.real_tokens.optimizer_race(sets, 12, 40, lrs, 4)
+    assert race.labels[:3] == ("GD 1", "GD 10", "NGD 1") and race.grid("GD") == [0, 1] and race.grid("SGD") == [4, 5]
+    first, columns = race.best("GD", 0.3)
+    reach = race.steps_to(0.3)[:, :2]
+    reach = np.where(np.isfinite(reach), reach, 41)
+    assert np.array_equal(first, reach.min(axis=1)) and np.all(np.isin(columns, [0, 1]))
+    with pytest.raises(ValueError, match="label must be one of"):
+        race.best("Adam", 0.3)
