@@ -852,9 +852,12 @@ class JointAttention:
             coef = -self.y * np.exp(log_neg_dloss - m_v[..., None]) / self.X.shape[-3]
         else:  # a batch whose every weight or loss derivative is 0 has the gradient 0, not NaN
             coef = -self.y * np.exp(log_neg_dloss - np.where(np.isfinite(m_v), m_v, 0.0)[..., None])
-        mean_token = np.einsum(f"...it,{self._data_axes}itd->...id", np.exp(terms.log_sigma), self.X)
-        g_v = np.einsum("...i,...id->...d", coef, mean_token)
+        g_v = np.einsum("...i,...id->...d", coef, self._mean_tokens(np.exp(terms.log_sigma)))
         return ((m_p, g_p), (m_v, g_v)), terms.output
+
+    def _mean_tokens(self, sigma: np.ndarray) -> np.ndarray:
+        """``Σ_t σ_it x_it`` for attention (*batch, n, T): (*batch, n, d)."""
+        return np.einsum(f"...it,{self._data_axes}itd->...id", sigma, self.X)
 
     def grad(self, p, v) -> tuple[np.ndarray, np.ndarray]:
         """``(∇_p L, ∇_v L)``: shapes (*batch, d_k) and (*batch, d)."""
@@ -1421,6 +1424,14 @@ class FactoredDecoderAttention(StackedDecoderAttention):
         W = p.reshape(p.shape[:-1] + self.shape)  # (*batch, R, d, d_z)
         Wz = np.swapaxes(W @ np.swapaxes(self.Z, -1, -2), -1, -2)  # (*batch, R, n, d): W z_i
         return log_softmax((self.X @ Wz[..., None])[..., 0], axis=-1)
+
+    def scores(self, v) -> np.ndarray:
+        """``γ_it = y_i uᵀ x_it``: (*batch, R, n, T), one matrix product per row."""
+        v = np.asarray(v, float)
+        return self.y[..., None] * (self.X @ v[..., :, None, :, None])[..., 0]
+
+    def _mean_tokens(self, sigma: np.ndarray) -> np.ndarray:
+        return (sigma[..., None, :] @ self.X)[..., 0, :]
 
     @cached_property
     def _tokens_from_first(self) -> np.ndarray:
