@@ -464,7 +464,7 @@ class OptimizerRace:
         labels: the M optimizer labels, rows ``s·M + m`` of the stack (plus the control rows).
         steps: (R,) recorded steps.  loss: (R, S, M) full training loss.
         top_mass: (R, S, M) mean over the training images of the attention's largest entry.
-        test_accuracy: (R, S, M) accuracy on the held-out images.
+        test_accuracy: (R, S, M) accuracy on the held-out images (a zero output counts half).
         W: (R, S, M, d, d) the attention matrices.  u: (R, S, M, d) the decoders.
         train: the S training sets, test: the S held-out sets (:class:`DigitPatches`).
         problem: the stacked :class:`attnlib.model.FactoredDecoderAttention`.
@@ -580,9 +580,9 @@ def optimizer_race(
     for s, D in enumerate(test_sets):
         test_problem = FactoredDecoderAttention(D.X[None], D.y[None], np.eye(d), "logistic", pooled_queries(D.X)[None])
         rows = slice(s * M, (s + 1) * M)
-        accuracy[:, rows] = np.mean(
-            test_problem.output(traj.p[:, rows, None], traj.v[:, rows, None])[..., 0, :] > 0, -1
-        )
+        signed = test_problem.output(traj.p[:, rows, None], traj.v[:, rows, None])[..., 0, :]
+        # a zero output (u = 0 at the start) is a tie: counted half right, the accuracy of a coin
+        accuracy[:, rows] = np.mean((signed > 0) + 0.5 * (signed == 0), -1)
     shape = (R, S, M)
     return OptimizerRace(
         tuple(r[0] for r in runs),

@@ -194,6 +194,7 @@ def test_optimizer_race_shapes_and_records():
     assert race.loss.shape == race.top_mass.shape == race.test_accuracy.shape == (R, 2, 7)
     assert race.W.shape == (R, 2, 7, 20, 20) and race.u.shape == (R, 2, 7, 20)
     assert np.allclose(race.loss[0], np.log(2)) and np.allclose(race.top_mass[0], 1 / 4)  # W = u = 0
+    assert np.allclose(race.test_accuracy[0], 0.5)  # u = 0: every output a tie
     assert race.train[0].n == 12 and race.test[0].n == 28
     # the recorded loss is the full training loss of each set
     D = race.train[1]
