@@ -67,6 +67,8 @@ __all__ = [
     "log_steps",
     "train_many",
     "train_joint_stack",
+    "minibatch_weights",
+    "train_joint_methods",
     "truncate_joint",
     "NORMALIZATIONS",
     "FactorTrajectory",
@@ -816,6 +818,121 @@ def train_joint_problem(
 
     stopped = _descend([p, v], record, observe, write, move, bar)
     return JointTrajectory(out_p, out_v, record, out_loss, stopped, rule.name, float(lr), joint)
+
+
+# ---------------------------------------------------------------------- mini-batches, mixed methods
+def minibatch_weights(n: int, steps: int, batch_size: int | None, seed=0) -> np.ndarray:
+    """The sample weights of ``steps`` mini-batch steps: (steps, n), ``1/b`` on the batch of each step.
+
+    The samples are drawn without replacement within an epoch: each epoch is a fresh permutation of
+    the ``n`` samples cut into consecutive batches of ``b`` (a batch that would straddle two epochs
+    takes the rest of one and the start of the next), so every sample is used once per ``n/b`` steps.
+    ``batch_size=None`` (or ``n``) gives the full batch, ``1/n`` everywhere: the loss ``L`` itself.
+
+    >>> w = minibatch_weights(4, 3, 2, seed=0)
+    >>> w.shape, w.sum(axis=1).tolist(), sorted(np.flatnonzero(w[0] + w[1]).tolist())
+    ((3, 4), [1.0, 1.0, 1.0], [0, 1, 2, 3])
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    check_schedule(steps, 1.0, 1)
+    if batch_size is None:
+        batch_size = n
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= n:
+        raise ValueError(f"batch_size must be None or an integer in [1, {n}], got {batch_size!r}")
+    weights = np.zeros((steps, n))
+    if batch_size == n:
+        weights[:] = 1.0 / n
+        return weights
+    rng = np.random.default_rng(seed)
+    epochs = -(-steps * batch_size // n)
+    stream = np.concatenate([rng.permutation(n) for _ in range(epochs)])[: steps * batch_size]
+    weights[np.repeat(np.arange(steps), batch_size), stream] = 1.0 / batch_size
+    return weights
+
+
+def train_joint_methods(
+    joint: JointProblem, p0, v0, steps: int, methods, lr, weights=None, record_steps=None
+) -> JointTrajectory:
+    """B joint ``(p, v)`` trajectories, each with its own method, step size and mini-batches, in one loop.
+
+    Trajectory ``b`` takes the step of ``methods[b]`` ("gd", "ngd" or "polyak", as in
+    :func:`train_joint_problem`: NGD normalises each block, Polyak uses the floor 0) on the loss
+    of its batch at that step, ``L_k(p, v) = Σ_i c_{k,i} ℓ(u_i)`` with ``c = weights[k, b]``. With
+    mini-batch weights (:func:`minibatch_weights`) these are [FAST]'s SGD, SNGD and SPS (the
+    stochastic Polyak step with the floor 0 of each batch's loss); with full-batch weights
+    ``1/n`` GD, NGD and Polyak. Every trajectory costs one gradient of all ``n`` samples per step
+    (the batch only weights them), so methods compare at equal work per step; the recorded
+    ``loss`` is the full training loss ``L``.
+
+    Args:
+        joint: the problem (any :class:`attnlib.model.JointProblem`, e.g. a stack of data sets).
+        p0, v0: (B, d_k), (B, d) starts (or one start of each, shared).
+        steps: iterations.  methods: B names.  lr: a step size or (B,) one per trajectory.
+        weights: (steps, B, n) sample weights (``None``: full batch ``1/n``).
+        record_steps: increasing steps to record (default every step).
+
+    Returns a :class:`JointTrajectory` whose ``method`` joins the names with "|" and ``lr`` is (B,).
+
+    >>> import numpy as np, attnlib as al
+    >>> X = np.array([[[0, 0], [1, 1]], [[0, 0], [1, -1]], [[0, 0], [0.5, 1]]], float)
+    >>> joint = al.JointAttention(X, np.array([1.0, -1, 1]), np.eye(2), "logistic")
+    >>> both = train_joint_methods(joint, np.zeros((2, 2)), np.zeros((2, 2)), 20, ["ngd", "gd"], 0.1)
+    >>> alone = train_joint_problem(joint, np.zeros(2), np.zeros(2), 20, method="gd", lr=0.1)
+    >>> bool(np.allclose(both.p[-1, 1], alone.p[-1, 0]) and np.allclose(both.v[-1, 1], alone.v[-1, 0]))
+    True
+    """
+    p = _batch("p0", p0, joint.keys.shape[-1]).copy()
+    v = _batch("v0", v0, joint.X.shape[-1]).copy()
+    if p.shape[0] != v.shape[0]:
+        raise ValueError(f"p0 and v0 must hold the same number of starts, got {p.shape[0]} and {v.shape[0]}")
+    B, n = p.shape[0], joint.X.shape[-3]
+    methods = tuple(methods)
+    if len(methods) != B or any(m not in METHODS for m in methods):
+        raise ValueError(f"methods must name one of {list(METHODS)} for each of the {B} trajectories, got {methods!r}")
+    lrs = _step_sizes(lr, B)
+    check_schedule(steps, 1.0, 1)
+    if weights is not None:
+        weights = np.asarray(weights, float)
+        if weights.shape != (steps, B, n) or not np.all(np.isfinite(weights) & (weights >= 0)):
+            raise ValueError(f"weights must be non-negative, of shape ({steps}, {B}, {n}), got {np.shape(weights)}")
+    record = record_schedule(steps, 1, record_steps)
+    R = len(record)
+    out_p, out_v, out_loss = np.empty((R, B, p.shape[1])), np.empty((R, B, v.shape[1])), np.empty((R, B))
+    rules = {m: step_rule(m) for m in sorted(set(methods))}
+    rows = {m: np.array([x == m for x in methods]) for m in rules}
+    full = np.full((B, n), 1.0 / n)
+
+    def observe(recording):
+        return None
+
+    def write(r, seen):
+        out_p[r], out_v[r] = p, v
+        out_loss[r] = np.mean(joint.loss.value(joint.output(p, v)), axis=-1)
+
+    def move(seen, loop):
+        c = full if weights is None else weights[loop.k]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            ((m_p, g_p), (m_v, g_v)), u = joint.weighted_scaled_grad(p, v, None if weights is None else c)
+        n_p, n_v = np.linalg.norm(g_p, axis=-1), np.linalg.norm(g_v, axis=-1)
+        loop.stop(
+            ~(np.isfinite(n_p) & np.isfinite(n_v) & np.all(np.isfinite(p), -1) & np.all(np.isfinite(v), -1)),
+            "non-finite value",
+        )
+        batch_loss = np.sum(c * joint.loss.value(u), axis=-1)  # only the Polyak step reads it
+        move_p, move_v = np.zeros_like(p), np.zeros_like(v)
+        for name, rule in rules.items():
+            mp, mv, stops = rule.joint_moves(
+                lrs, batch_loss, (m_p, g_p, n_p), (m_v, g_v, n_v), loop.active & rows[name]
+            )
+            move_p[rows[name]], move_v[rows[name]] = mp[rows[name]], mv[rows[name]]
+            for mask, why in stops:
+                loop.stop(mask & rows[name], why)
+        return move_p, move_v
+
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        stopped = _descend([p, v], record, observe, write, move)
+    return JointTrajectory(out_p, out_v, record, out_loss, stopped, "|".join(methods), lrs, joint)
 
 
 # ---------------------------------------------------------------------- many problems

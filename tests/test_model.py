@@ -513,3 +513,63 @@ def test_guarded_exp_is_numpy_exp():
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(al.model._exp(x), np.exp(x))
         np.testing.assert_array_equal(al.model._exp(x[x > -700]), np.exp(x[x > -700]))  # the unguarded branch
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_minibatch_gradient_matches_finite_differences(cross, central_difference):
+    # The gradient of a weighted (mini-batch) loss sum_i c_i l(u_i), against central differences of that loss
+    # written out without the library, and against the full gradient of the batch's own sub-problem.
+    D, J = _problem(4, n=6, cross=cross)
+    rng = np.random.default_rng(6)
+    W, u = rng.normal(size=J.shape), rng.normal(size=D.X.shape[2])
+    batch = np.array([0, 2, 3])
+    c = np.zeros(D.X.shape[0])
+    c[batch] = 1.0 / len(batch)
+    ((m_p, g_p), (m_v, g_v)), out = J.weighted_scaled_grad(W.ravel(), u, c)
+    assert np.allclose(np.sum(c * J.loss.value(out)), _direct_loss_weighted(D, W, u, c), rtol=1e-12)
+    fd_W = central_difference(lambda w: _direct_loss_weighted(D, w.reshape(W.shape), u, c), W.ravel())
+    fd_u = central_difference(lambda v: _direct_loss_weighted(D, W, v, c), u)
+    assert np.allclose(np.exp(m_p) * g_p, fd_W, rtol=1e-6, atol=1e-9)
+    assert np.allclose(np.exp(m_v) * g_v, fd_u, rtol=1e-6, atol=1e-9)
+    Z = D.X[:, 0] if D.Z is None else D.Z
+    sub = al.model.joint_self_attention(D.X[batch], D.y[batch], Z=Z[batch] if cross else None)
+    g_sub = sub.grad(W.ravel(), u)
+    assert np.allclose(np.exp(m_p) * g_p, g_sub[0], rtol=1e-12, atol=1e-15)
+    assert np.allclose(np.exp(m_v) * g_v, g_sub[1], rtol=1e-12, atol=1e-15)
+
+
+def _direct_loss_weighted(D, W, u, c):
+    """sum_i c_i l(y_i f(X_i)) for the logistic loss, written out without the library."""
+    Z = D.X[:, 0] if D.Z is None else D.Z
+    logits = np.einsum("itd,de,ie->it", D.X, W, Z)
+    s = np.exp(logits - logits.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    return float(np.sum(c * np.logaddexp(0, -D.y * np.einsum("it,itd,d->i", s, D.X, u))))
+
+
+def test_weighted_gradient_without_weights_is_the_gradient():
+    D, J = _problem(5)
+    rng = np.random.default_rng(7)
+    P, V = rng.normal(size=(3, J.keys.shape[2])), rng.normal(size=(3, D.X.shape[2]))
+    plain = J.scaled_grad(P, V)
+    uniform, _ = J.weighted_scaled_grad(P, V, np.full((3, D.X.shape[0]), 1.0 / D.X.shape[0]))
+    for (m0, g0), (m1, g1) in zip(plain, uniform):
+        assert np.allclose(np.exp(m0)[:, None] * g0, np.exp(m1)[:, None] * g1, rtol=1e-12, atol=1e-15)
+    zero, _ = J.weighted_scaled_grad(P, V, np.zeros((3, D.X.shape[0])))  # an empty batch: gradient 0, not NaN
+    for m, g in zero:
+        assert np.all(np.exp(m)[:, None] * g == 0)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_factored_decoder_attention_matches_the_stack(cross):
+    problems, _, _ = _stack_inputs(S=2, cross=cross)
+    X, y = np.stack([J.X for J in problems]), np.stack([J.y for J in problems])
+    Z = np.stack([J.Z for J in problems])
+    args = (X, y, np.eye(X.shape[-1]), problems[0].loss, Z)
+    slow, fast = al.model.StackedDecoderAttention(*args), al.model.FactoredDecoderAttention(*args)
+    rng = np.random.default_rng(8)
+    P, V = rng.normal(size=(4, 2, slow.keys.shape[-1])), rng.normal(size=(4, 2, X.shape[-1]))
+    assert np.allclose(slow.log_attention(P), fast.log_attention(P), rtol=1e-12, atol=1e-12)
+    assert np.allclose(slow.value(P, V), fast.value(P, V), rtol=1e-12)
+    for a, b in zip(slow.grad(P, V), fast.grad(P, V)):
+        assert np.allclose(a, b, rtol=1e-10, atol=1e-13)

@@ -23,10 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # mutant -> the chapters whose claims it falsifies (chapter names without their number)
 MATRIX = {
-    "svm_rotated": ["global_convergence", "regularization_path", "local_convergence", "joint_training"],
+    # real_tokens: own_svm_offset_exponent (its offsets measured from the rotated own SVMs grow with the norm)
+    "svm_rotated": ["global_convergence", "regularization_path", "local_convergence", "joint_training", "real_tokens"],
     "svm_scaled": ["global_convergence", "regularization_path", "local_convergence"],
     "ngd_longer": ["global_convergence", "local_convergence", "fast_rates"],
-    "gd_as_ngd": ["global_convergence", "fast_rates"],
+    # real_tokens: real_adaptive_steps (GD run as NGD at its larger steps is no slower than NGD)
+    "gd_as_ngd": ["global_convergence", "fast_rates", "real_tokens"],
     "no_local_selection": ["local_convergence"],
     # Chapter 2 solves its SVMs one at a time (max_margin, and nuclear_svm by Clarabel): it never calls the
     # batched solvers that these two mutants rotate (a probe counted zero calls), so they cannot reach it.

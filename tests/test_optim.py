@@ -657,3 +657,86 @@ def test_records_cuts_the_record_axis():
     assert np.array_equal(part.loss, traj.loss[[0, 2, 5]]) and part.seconds.shape == (3,)
     with pytest.raises(ValueError, match="recorded steps"):
         traj.records([0, 3])
+
+
+def test_minibatch_weights_cover_every_sample_once_per_epoch():
+    w = al.optim.minibatch_weights(12, 9, 4, seed=3)
+    assert w.shape == (9, 12) and np.allclose(w.sum(axis=1), 1.0)
+    assert set(np.unique(w)) == {0.0, 0.25}
+    for epoch in range(3):  # 3 batches of 4 make an epoch of 12: each sample exactly once
+        assert np.array_equal((w[3 * epoch : 3 * epoch + 3] > 0).sum(axis=0), np.ones(12))
+    assert np.array_equal(w, al.optim.minibatch_weights(12, 9, 4, seed=3))
+    assert not np.array_equal(w, al.optim.minibatch_weights(12, 9, 4, seed=4))
+    assert np.allclose(al.optim.minibatch_weights(5, 2, None), 0.2)
+    straddle = al.optim.minibatch_weights(5, 4, 2, seed=0)  # 8 draws over 2 epochs of 5
+    assert np.allclose(straddle.sum(axis=1), 1.0) and (straddle[:, :] > 0).sum() == 8
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n=0, steps=3, batch_size=1), "n must"),
+        (dict(n=4, steps=3, batch_size=5), "batch_size"),
+        (dict(n=4, steps=3, batch_size=0), "batch_size"),
+        (dict(n=4, steps=-1, batch_size=2), "steps"),
+    ],
+)
+def test_minibatch_weights_reject_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        al.optim.minibatch_weights(**kwargs)
+
+
+def _joint_digits(S=2, n=8):
+    sets = [al.datasets.digit_patches(patch=4, n=n, seed=s) for s in range(S)]
+    X = np.stack([D.X for D in sets])
+    Z = X.mean(axis=2)
+    return al.model.FactoredDecoderAttention(X, np.stack([D.y for D in sets]), np.eye(X.shape[-1]), "logistic", Z)
+
+
+def test_train_joint_methods_matches_each_method_alone():
+    J = _joint_digits()
+    d = J.X.shape[-1]
+    methods = ["gd", "ngd", "polyak"]
+    for name in methods:
+        both = al.optim.train_joint_methods(
+            J, np.zeros((2, d * d)), np.zeros((2, d)), 30, [name, name], [2.0 if name == "gd" else 0.5] * 2
+        )
+        alone = al.optim.train_joint_problem(
+            J, np.zeros((2, d * d)), np.zeros((2, d)), 30, method=name, lr=2.0 if name == "gd" else 0.5
+        )
+        assert np.allclose(both.p, alone.p, rtol=1e-10, atol=1e-12), name
+        assert np.allclose(both.loss, alone.loss, rtol=1e-10, atol=1e-14), name
+
+
+def test_train_joint_methods_takes_minibatch_steps():
+    # One SGD step from a start: minus lr times the gradient of that step's batch (its sub-problem's gradient).
+    J = _joint_digits(S=1)
+    d = J.X.shape[-1]
+    rng = np.random.default_rng(0)
+    p0, v0 = 0.1 * rng.normal(size=(1, d * d)), 0.1 * rng.normal(size=(1, d))
+    w = al.optim.minibatch_weights(8, 1, 3, seed=1)[:, None]
+    traj = al.optim.train_joint_methods(J, p0, v0, 1, ["gd"], 2.0, w)
+    batch = np.flatnonzero(w[0, 0])
+    sub = al.model.FactoredDecoderAttention(J.X[:, batch], J.y[:, batch], np.eye(d), "logistic", J.Z[:, batch])
+    gp, gv = sub.grad(p0, v0)
+    assert np.allclose(traj.p[-1], p0 - 2.0 * gp, rtol=1e-12) and np.allclose(traj.v[-1], v0 - 2.0 * gv, rtol=1e-12)
+    assert np.isclose(traj.loss[-1, 0], J.value(traj.p[-1], traj.v[-1])[0])  # the recorded loss is the full one
+    # SNGD: each block moves by exactly lr along its batch gradient
+    sn = al.optim.train_joint_methods(J, p0, v0, 1, ["ngd"], 0.5, w)
+    assert np.isclose(np.linalg.norm(sn.p[-1] - p0), 0.5) and np.allclose(
+        (p0 - sn.p[-1]) / 0.5, gp / np.linalg.norm(gp), rtol=1e-10
+    )
+
+
+def test_train_joint_methods_rejects_bad_input():
+    J = _joint_digits(S=1)
+    d = J.X.shape[-1]
+    p0, v0 = np.zeros((1, d * d)), np.zeros((1, d))
+    with pytest.raises(ValueError, match="methods"):
+        al.optim.train_joint_methods(J, p0, v0, 3, ["adam"], 0.1)
+    with pytest.raises(ValueError, match="methods"):
+        al.optim.train_joint_methods(J, p0, v0, 3, ["gd", "gd"], 0.1)
+    with pytest.raises(ValueError, match="weights"):
+        al.optim.train_joint_methods(J, p0, v0, 3, ["gd"], 0.1, np.ones((2, 1, 8)))
+    with pytest.raises(ValueError, match="lr"):
+        al.optim.train_joint_methods(J, p0, v0, 3, ["gd"], -1.0)

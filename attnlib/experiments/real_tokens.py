@@ -9,14 +9,15 @@ attention on them, :func:`selection_study` follows the selection of many heads a
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..datasets import DigitPatches, cone_starts
-from ..metrics import log_one_minus_mass, offset_exponent, one_minus_cosine, orthogonal_offset
-from ..model import check_integer, check_labels, prompt_attention, self_attention
-from ..optim import log_steps, train, train_problems
+from ..metrics import cosine, log_one_minus_mass, offset_exponent, one_minus_cosine, orthogonal_offset
+from ..model import FactoredDecoderAttention, check_integer, check_labels, prompt_attention, self_attention
+from ..optim import log_steps, minibatch_weights, train, train_joint_methods, train_problems
 from ..svm import InfeasibleError, is_locally_optimal, max_margin
 
 __all__ = [
@@ -28,6 +29,13 @@ __all__ = [
     "SelectionStudy",
     "selection_study",
     "attention_run",
+    "RACE_METHODS",
+    "RACE_RECORDS_PER_DECADE",
+    "pooled_queries",
+    "OptimizerRace",
+    "optimizer_race",
+    "selection_svm_correlations",
+    "unit_norm_top_mass",
 ]
 
 
@@ -414,3 +422,223 @@ def attention_run(
     return prob, train(prob, theta0, int(steps), method="ngd", lr=lr, record_steps=[int(steps)], progress=False).final[
         0
     ]
+
+
+# ---------------------------------------------------------------------- [FAST]'s real-data experiment
+#: The optimizers of :func:`optimizer_race`: (label, method, mini-batch?), [FAST]'s six.
+RACE_METHODS = (
+    ("GD", "gd", False),
+    ("NGD", "ngd", False),
+    ("Polyak", "polyak", False),
+    ("SGD", "gd", True),
+    ("SNGD", "ngd", True),
+    ("SPS", "polyak", True),
+)
+
+
+#: Records per decade of :func:`optimizer_race` (log-spaced): a speed-up below ``10**(1/12)`` is
+#: within one record of the grid, too small to tell from none.
+RACE_RECORDS_PER_DECADE = 12
+
+
+def pooled_queries(X) -> np.ndarray:
+    """The query of each image, the mean of its tokens ``z_i = (1/T) Σ_t x_it``: (n, d) from X (n, T, d).
+
+    A pooled, [CLS]-like query: with 2×2 patches the first patch is mostly blank, and ``z_i = x_i1``
+    would reduce ``W`` to one column (prompt attention).
+
+    >>> pooled_queries(np.arange(12.0).reshape(1, 3, 4)).tolist()
+    [[4.0, 5.0, 6.0, 7.0]]
+    """
+    X = np.asarray(X, float)
+    if X.ndim != 3:
+        raise ValueError(f"X must be (n, T, d), got shape {X.shape}")
+    return X.mean(axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizerRace:
+    """The six optimizers of [FAST] on S data sets of digit tokens, trained in one stack.
+
+    Attributes:
+        labels: the M optimizer labels, rows ``s·M + m`` of the stack (plus the control rows).
+        steps: (R,) recorded steps.  loss: (R, S, M) full training loss.
+        top_mass: (R, S, M) mean over the training images of the attention's largest entry.
+        test_accuracy: (R, S, M) accuracy on the held-out images (a zero output counts half).
+        W: (R, S, M, d, d) the attention matrices.  u: (R, S, M, d) the decoders.
+        train: the S training sets, test: the S held-out sets (:class:`DigitPatches`).
+        problem: the stacked :class:`attnlib.model.FactoredDecoderAttention`.
+        seconds: wall-clock seconds of the one training call.
+    """
+
+    labels: tuple
+    steps: np.ndarray
+    loss: np.ndarray
+    top_mass: np.ndarray
+    test_accuracy: np.ndarray
+    W: np.ndarray
+    u: np.ndarray
+    train: tuple
+    test: tuple
+    problem: object
+    seconds: float
+
+    def steps_to(self, target: float) -> np.ndarray:
+        """First recorded step with training loss ≤ ``target``: (S, M) (``inf`` if never reached)."""
+        reached = self.loss <= target
+        first = np.where(reached.any(axis=0), self.steps[np.argmax(reached, axis=0)], np.inf)
+        return first.astype(float)
+
+    def grid(self, label: str) -> list[int]:
+        """The columns of optimizer ``label`` (e.g. "NGD"), one per step of its grid."""
+        return [m for m, name in enumerate(self.labels) if name.rsplit(" ", 1)[0] == label]
+
+    def best(self, label: str, target: float) -> tuple[np.ndarray, np.ndarray]:
+        """Optimizer ``label`` at the best step of its grid on each set: ``(first steps (S,), columns (S,))``.
+
+        The first recorded step with training loss ≤ ``target`` (one step after the end where it is
+        never reached), the smallest over the grid, and the column that reaches it (ties: the first).
+        """
+        columns = self.grid(label)
+        if not columns:
+            known = sorted({name.rsplit(" ", 1)[0] for name in self.labels})
+            raise ValueError(f"label must be one of the optimizers {known}, got {label!r}")
+        first = self.steps_to(target)[:, columns]
+        first = np.where(np.isfinite(first), first, self.steps[-1] + 1)
+        pick = np.argmin(first, axis=1)
+        return first[np.arange(len(first)), pick], np.asarray(columns)[pick]
+
+    def selections(self, record: int = -1) -> np.ndarray:
+        """The most-attended patch of every training image at a record: (S, M, n)."""
+        S, M = self.loss.shape[1:]
+        log_att = self.problem.log_attention(self.W[record].reshape(S * M, -1))
+        return log_att.argmax(-1).reshape(S, M, -1)
+
+
+def optimizer_race(
+    datasets, n_train: int, steps: int, lrs: dict, batch_size: int, seed: int = 0, extra=()
+) -> OptimizerRace:
+    """Train self-attention with a linear decoder, ``f(X) = uᵀ Xᵀ softmax(X W z)``, by [FAST]'s six optimizers.
+
+    Every data set (a :class:`attnlib.datasets.DigitPatches`) gives its first ``n_train`` images as the
+    training set and the rest as held-out images; the queries are :func:`pooled_queries`. Each
+    optimizer of :data:`RACE_METHODS` (and each ``(label, method, minibatch, lr)`` of ``extra``, e.g.
+    a control) runs from ``W = 0, u = 0`` on every data set, all S·M runs stepped together by
+    :func:`attnlib.optim.train_joint_methods` with the logistic loss; mini-batches of ``batch_size``
+    come from :func:`attnlib.optim.minibatch_weights` (one stream per data set and optimizer).
+
+    Args:
+        datasets: S data sets of equal token shape.  n_train: training images per set.
+        steps: iterations.  lrs: per method name ("gd", "ngd", "polyak") a step size or a grid of them;
+            each optimizer runs at every step of its grid, labelled e.g. "NGD 1" (see :meth:`OptimizerRace.best`).
+        batch_size: images per mini-batch.  seed: seeds the mini-batch streams.
+
+    >>> import attnlib as al
+    >>> sets = [al.datasets.digit_patches(patch=4, n=30, seed=s) for s in (0, 1)]
+    >>> race = optimizer_race(sets, 12, 20, {"gd": 1.0, "ngd": 0.1, "polyak": 0.5}, 4)
+    >>> race.loss.shape[1:], race.labels[:3]
+    ((2, 6), ('GD 1', 'NGD 0.1', 'Polyak 0.5'))
+    """
+    datasets = list(datasets)
+    n_train = check_integer("n_train", n_train, 2, min(D.n for D in datasets) - 1)
+    grid = {method: np.atleast_1d(np.asarray(lrs[method], float)) for _, method, _ in RACE_METHODS}
+    runs = [
+        (f"{label} {lr:g}", method, mini, float(lr)) for label, method, mini in RACE_METHODS for lr in grid[method]
+    ] + list(extra)
+    S, M = len(datasets), len(runs)
+    train_sets = tuple(D.subset(slice(0, n_train)) for D in datasets)
+    test_sets = tuple(D.subset(slice(n_train, None)) for D in datasets)
+    X = np.repeat(np.stack([D.X for D in train_sets]), M, axis=0)
+    y = np.repeat(np.stack([D.y for D in train_sets]), M, axis=0)
+    Z = np.repeat(np.stack([pooled_queries(D.X) for D in train_sets]), M, axis=0)
+    d = X.shape[-1]
+    problem = FactoredDecoderAttention(X, y, np.eye(d), "logistic", Z)
+    weights = np.stack(
+        [
+            minibatch_weights(n_train, steps, batch_size if mini else None, seed=[seed, s, m])
+            for s in range(S)
+            for m, (_, _, mini, _) in enumerate(runs)
+        ],
+        axis=1,
+    )
+    record = log_steps(steps, per_decade=RACE_RECORDS_PER_DECADE)
+    start = time.perf_counter()
+    traj = train_joint_methods(
+        problem,
+        np.zeros((S * M, d * d)),
+        np.zeros((S * M, d)),
+        steps,
+        [r[1] for r in runs] * S,
+        [r[3] for r in runs] * S,
+        weights,
+        record_steps=record,
+    )
+    seconds = time.perf_counter() - start
+    R = len(record)
+    top = np.exp(problem.log_attention(traj.p).max(-1)).mean(-1)  # (R, S·M)
+    accuracy = np.empty((R, S * M))
+    for s, D in enumerate(test_sets):
+        test_problem = FactoredDecoderAttention(D.X[None], D.y[None], np.eye(d), "logistic", pooled_queries(D.X)[None])
+        rows = slice(s * M, (s + 1) * M)
+        signed = test_problem.output(traj.p[:, rows, None], traj.v[:, rows, None])[..., 0, :]
+        # a zero output (u = 0 at the start) is a tie: counted half right, the accuracy of a coin
+        accuracy[:, rows] = np.mean((signed > 0) + 0.5 * (signed == 0), -1)
+    shape = (R, S, M)
+    return OptimizerRace(
+        tuple(r[0] for r in runs),
+        record,
+        traj.loss.reshape(shape),
+        top.reshape(shape),
+        accuracy.reshape(shape),
+        traj.p.reshape(shape + (d, d)),
+        traj.v.reshape(shape + (d,)),
+        train_sets,
+        test_sets,
+        problem,
+        seconds,
+    )
+
+
+def selection_svm_correlations(race: OptimizerRace, members, shift: int = 1, seed: int = 0) -> dict:
+    """W's correlation with the W-SVM of its own final selection, over training, and two controls.
+
+    For each ``(s, m)`` of ``members``: the final selection ``α̂`` (most-attended patch of every
+    training image), its W-SVM ``W_mm(α̂)`` ([TFSVM], :func:`attnlib.max_margin` on the features
+    ``x_it z_iᵀ``), and ``corr(W_t, W_mm(α̂))`` at every record; the controls are the final W's
+    correlation with the W-SVM of the selection moved ``shift`` patches on (``α̂_i + shift`` mod T,
+    a wrong selection next door) and a random Gaussian matrix's correlation with ``W_mm(α̂)``.
+    An infeasible SVM is recorded as ``None`` (no limit to compare with).
+
+    Returns ``{(s, m): {"curve": (R,), "shifted": float, "random": float} or None}``.
+    """
+    selections = race.selections()
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s, m in members:
+        D = race.train[s]
+        prob = self_attention(D.X, D.y, race.u[-1, s, m], Z=pooled_queries(D.X))
+        own = selections[s, m]
+        try:
+            W_own = max_margin(prob, select=own).theta
+            W_shift = max_margin(prob, select=(own + shift) % prob.T).theta
+        except InfeasibleError:
+            out[s, m] = None
+            continue
+        out[s, m] = {
+            "curve": cosine(race.W[:, s, m], W_own),
+            "shifted": float(cosine(race.W[-1, s, m], W_shift)),
+            "random": float(cosine(rng.standard_normal(W_own.shape), W_own)),
+        }
+    return out
+
+
+def unit_norm_top_mass(race: OptimizerRace) -> np.ndarray:
+    """The final attention's mean top mass with every W rescaled to unit Frobenius norm: (S, M).
+
+    The direction without the growth of the norm: what the sparsity would be if training only turned W.
+    """
+    W = race.W[-1]
+    unit = W / np.linalg.norm(W, axis=(-2, -1), keepdims=True)
+    S, M = W.shape[:2]
+    log_att = race.problem.log_attention(unit.reshape(S * M, -1))
+    return np.exp(log_att.max(-1)).mean(-1).reshape(S, M)

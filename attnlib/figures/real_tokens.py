@@ -19,6 +19,7 @@ __all__ = [
     "offset_growth",
     "attention_maps",
     "joint_curves",
+    "race_curves",
 ]
 
 
@@ -254,3 +255,31 @@ def joint_curves(axes, steps, v_cos, accuracy, angle_full, angle_relaxed):
     right.set(xlabel="iteration", ylabel="angle (degrees)", title="the attention, slower")
     right.legend()
     return axes
+
+
+#: One colour per optimizer pair of :func:`race_curves` (GD/SGD, NGD/SNGD, Polyak/SPS, then controls).
+METHOD_COLORS = ("0.35", "tab:red", "tab:blue", "0.35", "tab:red", "tab:blue", "tab:green", "tab:purple")
+
+
+def race_curves(ax, steps, curves: dict, ylabel: str, log_y: bool = False, title: str = ""):
+    """Median (line) and range (band) over seeds of one measure per optimizer, against iterations.
+
+    Args: ``steps`` (R,) recorded steps (step 0 is drawn at 1 on the log axis); ``curves``
+    ``{label: (R, S)}``, labels starting with "S" (the mini-batch versions) dashed; ``ylabel``,
+    ``log_y`` (log scale for a loss), ``title``.
+    """
+    x = np.maximum(np.asarray(steps, float), 1.0)
+    for k, (label, values) in enumerate(curves.items()):
+        values = np.asarray(values, float)
+        colour = METHOD_COLORS[k % len(METHOD_COLORS)]
+        style = "--" if label.startswith("S") else "-"
+        ax.plot(x, np.median(values, axis=1), style, color=colour, label=label)
+        ax.fill_between(x, values.min(axis=1), values.max(axis=1), color=colour, alpha=0.12, linewidth=0)
+    ax.set_xscale("log")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    return ax

@@ -178,3 +178,63 @@ def test_attention_run_trains_a_readers_own_setting(small_study):
     if infeasible:
         with pytest.raises(al.InfeasibleError):
             al.experiments.real_tokens.attention_run(pool, v, infeasible[0], "p", "cone", 10, 0.1, 10.0)
+
+
+def _race(steps=30):
+    sets = [al.datasets.digit_patches(patch=4, n=40, seed=s) for s in (0, 1)]
+    lrs = {"gd": 10.0, "ngd": 1.0, "polyak": 0.5}
+    slow = [("GD, step/10", "gd", False, 1.0)]
+    return al.experiments.real_tokens.optimizer_race(sets, 12, steps, lrs, 4, seed=0, extra=slow)
+
+
+def test_optimizer_race_shapes_and_records():
+    race = _race()
+    R = len(race.steps)
+    assert race.labels == ("GD 10", "NGD 1", "Polyak 0.5", "SGD 10", "SNGD 1", "SPS 0.5", "GD, step/10")
+    assert race.loss.shape == race.top_mass.shape == race.test_accuracy.shape == (R, 2, 7)
+    assert race.W.shape == (R, 2, 7, 20, 20) and race.u.shape == (R, 2, 7, 20)
+    assert np.allclose(race.loss[0], np.log(2)) and np.allclose(race.top_mass[0], 1 / 4)  # W = u = 0
+    assert np.allclose(race.test_accuracy[0], 0.5)  # u = 0: every output a tie
+    assert race.train[0].n == 12 and race.test[0].n == 28
+    # the recorded loss is the full training loss of each set
+    D = race.train[1]
+    J = al.model.joint_self_attention(D.X, D.y, Z=al.experiments.real_tokens.pooled_queries(D.X))
+    assert np.isclose(race.loss[-1, 1, 2], J.value(race.W[-1, 1, 2].ravel(), race.u[-1, 1, 2]))
+    first = race.steps_to(0.5)
+    assert first.shape == (2, 7) and np.all(np.isin(first[np.isfinite(first)], race.steps))
+    assert np.all(np.isinf(race.steps_to(0.0)))
+    assert race.selections().shape == (2, 7, 12)
+
+
+def test_selection_svm_correlations_and_controls():
+    race = _race(steps=60)
+    corr = al.experiments.real_tokens.selection_svm_correlations(race, [(0, 1), (1, 4)], seed=0)
+    for key in [(0, 1), (1, 4)]:
+        c = corr[key]
+        assert c is None or (c["curve"].shape == race.steps.shape and -1 <= c["shifted"] <= 1)
+    sel = race.selections()[0, 1]
+    D = race.train[0]
+    prob = al.self_attention(D.X, D.y, race.u[-1, 0, 1], Z=al.experiments.real_tokens.pooled_queries(D.X))
+    if corr[0, 1] is not None:  # the curve ends at the final W's cosine with its own selection's W-SVM
+        own = al.max_margin(prob, select=sel).theta
+        assert np.isclose(corr[0, 1]["curve"][-1], al.cosine(race.W[-1, 0, 1], own))
+    top = al.experiments.real_tokens.unit_norm_top_mass(race)
+    assert top.shape == (2, 7) and np.all((top >= 1 / 4 - 1e-12) & (top <= 1))
+
+
+def test_pooled_queries_rejects_bad_shape():
+    with pytest.raises(ValueError, match="X must"):
+        al.experiments.real_tokens.pooled_queries(np.ones((3, 4)))
+
+
+def test_optimizer_race_best_of_grid():
+    sets = [al.datasets.digit_patches(patch=4, n=30, seed=s) for s in (0, 1)]
+    lrs = {"gd": [1.0, 10.0], "ngd": 1.0, "polyak": 0.5}
+    race = al.experiments.real_tokens.optimizer_race(sets, 12, 40, lrs, 4)
+    assert race.labels[:3] == ("GD 1", "GD 10", "NGD 1") and race.grid("GD") == [0, 1] and race.grid("SGD") == [4, 5]
+    first, columns = race.best("GD", 0.3)
+    reach = race.steps_to(0.3)[:, :2]
+    reach = np.where(np.isfinite(reach), reach, 41)
+    assert np.array_equal(first, reach.min(axis=1)) and np.all(np.isin(columns, [0, 1]))
+    with pytest.raises(ValueError, match="label must be one of"):
+        race.best("Adam", 0.3)

@@ -95,3 +95,15 @@ def test_offset_growth_attention_maps_and_joint_curves():
     )
     assert len(axes[1, 1].get_lines()) == 2 and axes[1, 0].get_yscale() == "log"
     plt.close(fig)
+
+
+def test_race_curves_draws_a_median_and_a_band_per_optimizer():
+    fig, ax = plt.subplots()
+    steps = np.array([0, 1, 10, 100])
+    curves = {"GD": np.full((4, 3), 0.5), "SNGD": np.linspace(1, 1e-6, 12).reshape(4, 3)}
+    out = al.figures.real_tokens.race_curves(ax, steps, curves, "training loss", log_y=True, title="t")
+    assert out is ax and ax.get_yscale() == "log" and ax.get_xscale() == "log"
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == ["GD", "SNGD"] and lines[1].get_linestyle() == "--"
+    assert np.allclose(lines[0].get_xdata(), [1, 1, 10, 100])  # step 0 is drawn at 1 on the log axis
+    assert len(ax.collections) == 2
