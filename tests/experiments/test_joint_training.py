@@ -139,6 +139,15 @@ def test_offset_growth_passes_a_settling_offset_and_fails_a_turned_reference():
     runs = np.stack([run, run[:, ::-1]], 1)
     refs = np.array([[1.0, 0.0], [0.0, 1.0]])
     np.testing.assert_allclose(ex.offset_growth(t, runs, refs), [ex.offset_growth(t, run, refs[0])] * 2)
+    # a turning offset (a fast mode of one sign, then a slow 1/t mode of the other), turning inside the
+    # early window: the net change over [T/4, T/2] nearly cancels (2.85 times too small), the spread does not
+    long = np.arange(0, 1001.0)
+    turning = np.stack([long + 1.0, 0.3 * np.exp(-0.03 * long) - 0.1 / (long + 10.0)], -1)
+    assert ex.offset_growth(long, turning, [1.0, 0.0]) <= 1
+    # an exponential mode exp(-a t) passes when a T >= 0.78 and looks like a wrong direction below (its bound)
+    for aT, ok in ((0.85, True), (0.7, False)):
+        mode = np.stack([t + 1.0, 1.0 - np.exp(-aT / 200 * t)], -1)
+        assert bool(ex.offset_growth(t, mode, [1.0, 0.0]) <= 1) is ok
     with pytest.raises(ValueError, match="slack"):
         ex.offset_growth(t, run, [1.0, 0.0], slack=0.5)
     with pytest.raises(ValueError, match="same length"):
