@@ -408,25 +408,26 @@ def _excess_over(search, best) -> float:
 
 
 def joint_path_search_gap(
-    X, y, select, path: JointPath, W=None, loss: str = "logistic", grid: int = 2887, rotate: float = 0.0
-):
+    X, y, select, path: JointPath, W=None, loss: str = "logistic", grid: int = 1439, rotations=(0.0,)
+) -> np.ndarray:
     """Is the path's point the minimiser? Its two block objectives against an independent search, at the largest radius.
 
     The path (:func:`attnlib.paths.joint_regularization_path`) claims that ``v̄`` minimises
     ``log L(p̄, ·)`` on the circle ``‖v‖ = R_v`` and ``p̄`` minimises the signed excess
     ``L(·, v̄) − L_α(v̄)`` (:func:`joint_log_gap`) on ``‖p‖ = R_p``. This evaluates both objectives on
     an independent grid of ``grid`` angles (a prime count, offset by half a spacing, so it shares no
-    angle with the path's grid or the axes) and returns ``(head, attention)``: the search's objective
-    minus the grid's best (``≤ 0``: no grid point beats the search; a search trapped in a wrong basin
-    or short of its optimum by more than the grid's spacing gives ``> 0``). ``rotate`` (degrees)
-    turns the block being judged first (the control: a search that missed by that angle). One data
-    set, ``path`` unstacked.
+    angle with the path's grid or the axes) and returns, for each angle of ``rotations`` (degrees: the
+    block being judged turned by it, the other kept; ``0`` is the search's point, a turn is the
+    control, a search that missed by that angle), the rows ``(head, attention)``: the point's
+    objective minus the grid's best (``≤ 0``: no grid point beats it; a search trapped in a wrong
+    basin or short of its optimum by more than half the grid's spacing gives ``> 0``). One data set,
+    ``path`` unstacked. Returns (len(rotations), 2).
 
     >>> import numpy as np, attnlib as al
     >>> X, y = al.datasets.joint_tokens(relaxed=True)
     >>> path = al.paths.joint_regularization_path(X, y, 1, [100.0], [1e4])
-    >>> head, att = joint_path_search_gap(X, y, np.ones(3, int), path)
-    >>> bool(head <= 0 and att <= 0), bool(min(joint_path_search_gap(X, y, np.ones(3, int), path, rotate=1.0)) > 0)
+    >>> gap = joint_path_search_gap(X, y, np.ones(3, int), path, rotations=(0.0, 1.0))
+    >>> bool(np.all(gap[0] <= 0)), bool(np.all(gap[1] > 0))
     (True, True)
     """
     if not (isinstance(grid, (int, np.integer)) and grid >= 8):
@@ -437,17 +438,19 @@ def joint_path_search_gap(
     keys = X @ W.T
     sel = np.asarray(select)
     rp, rv = float(path.radii_p[-1]), float(path.radii_v[-1])
-    p_bar, v_bar = _rotate2(path.p[-1], rotate), _rotate2(path.v[-1], rotate)
+    p_bar, v_bar = path.p[-1], path.v[-1]
     angles = (np.arange(grid) + 0.5) * 2 * np.pi / grid
     circle = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
-    head_grid = joint_log_loss(X, y, keys, path.p[-1], rv * circle, loss)
-    head = float(joint_log_loss(X, y, keys, path.p[-1], v_bar, loss) - head_grid.min())
-    sign, key = _signed_key(*joint_log_gap(X, y, keys, sel, rp * circle, path.v[-1], loss))
+    # one grid per block, shared by the point and its controls
+    head_best = joint_log_loss(X, y, keys, p_bar, rv * circle, loss).min()
+    sign, key = _signed_key(*joint_log_gap(X, y, keys, sel, rp * circle, v_bar, loss))
     lowest = np.min(sign)
     best = int(np.argmin(np.where(sign == lowest, key, np.inf)))
-    search = _signed_key(*joint_log_gap(X, y, keys, sel, p_bar, path.v[-1], loss))
-    attention = _excess_over((float(search[0]), float(search[1])), (float(sign[best]), float(key[best])))
-    return head, attention
+    turned = np.stack([_rotate2(p_bar, a) for a in rotations]), np.stack([_rotate2(v_bar, a) for a in rotations])
+    head = joint_log_loss(X, y, keys, p_bar, turned[1], loss) - head_best
+    s_point, k_point = _signed_key(*joint_log_gap(X, y, keys, sel, turned[0], v_bar, loss))
+    attention = [_excess_over((s, k), (float(sign[best]), float(key[best]))) for s, k in zip(s_point, k_point)]
+    return np.stack([head, attention], axis=-1)
 
 
 def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) -> list[dict]:
@@ -460,10 +463,10 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
     bound, ``p_ratio`` / ``full_ratio`` ``(1 − cos)`` of ``p̄`` to the relaxed / full p-SVM over the
     attention bound (NaN when that bound is not for the relaxed SVM, ``same`` False), the angles
     ``to_v``, ``to_relaxed``, ``to_full``, ``to_balanced`` (to ``p̂(1)``) in degrees, and ``cls``
-    (:func:`classify_alignment`). Bounds from :func:`joint_path_bounds`; ``premise_*`` / ``missed_*``
-    from :func:`joint_path_premise` (the point, and the point turned by 1°, against the rays);
-    ``search_*`` / ``search_off_*`` from :func:`joint_path_search_gap` (the same, against an
-    independent grid). ``predicted``: the S
+    (:func:`classify_alignment`). Bounds from :func:`joint_path_bounds`; ``premise_*`` from
+    :func:`joint_path_premise` (the point against the rays); ``search_*`` / ``search_off_*`` from
+    :func:`joint_path_search_gap` (the point, and the point turned by 1° either way, weaker of the
+    two, against an independent grid). ``predicted``: the S
     directions ``p̂(1)`` if already computed (default: :func:`balanced_direction` of each).
     """
     p_hat = [balanced_direction(svms, rho=1.0) for svms in svms_list] if predicted is None else predicted
@@ -484,9 +487,8 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
         sel = check_selection(select, X.shape[1], X.shape[2])
         v_bound, p_bound, _, same = joint_path_bounds(X[s], y[s], sel, one, svms)
         premise = joint_path_premise(X[s], y[s], sel, one, svms)
-        missed = np.array([joint_path_premise(X[s], y[s], sel, one, svms, rotate=a) for a in (-1.0, 1.0)])
-        search = joint_path_search_gap(X[s], y[s], sel, one)
-        off = np.array([joint_path_search_gap(X[s], y[s], sel, one, rotate=a) for a in (-1.0, 1.0)])
+        search, *off = joint_path_search_gap(X[s], y[s], sel, one, rotations=(0.0, -1.0, 1.0))
+        off = np.array(off)
         p_end, v_end = path.p[s, -1], path.v[s, -1]
         rows.append(
             dict(
@@ -501,10 +503,8 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
                 same=same,
                 premise_head=premise[0],
                 premise_attention=premise[1],
-                missed_head=float(missed[:, 0].min()),
-                missed_attention=float(missed[:, 1].min()),
-                search_head=search[0],
-                search_attention=search[1],
+                search_head=float(search[0]),
+                search_attention=float(search[1]),
                 search_off_head=float(off[:, 0].min()),
                 search_off_attention=float(off[:, 1].min()),
             )
