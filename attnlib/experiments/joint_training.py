@@ -408,7 +408,7 @@ def _excess_over(search, best) -> float:
 
 
 def joint_path_search_gap(
-    X, y, select, path: JointPath, W=None, loss: str = "logistic", grid: int = 1439, rotations=(0.0,)
+    X, y, select, path: JointPath, W=None, loss: str = "logistic", grid: int = 719, rotations=(0.0,)
 ) -> np.ndarray:
     """Is the path's point the minimiser? Its two block objectives against an independent search, at the largest radius.
 
