@@ -254,6 +254,9 @@ def test_joint_tokens_seed_zero_is_the_paper_and_other_seeds_stay_in_its_regime(
             svms = al.joint_svms(X, y, select=1)
             assert np.flatnonzero(svms.support).tolist() == support
             assert al.angle_degrees(al.svm.balanced_direction(svms, rho=1.0), svms.relaxed.theta) < 1e-6
+            if relaxed:  # sample 3 off the edge by its slack, inside JOINT_JITTER's interval
+                low, high = al.datasets.JOINT_JITTER["slack"]
+                assert low - 1e-12 <= al.datasets.joint_slack(X) <= high + 1e-12
         p0, v0 = al.datasets.joint_start(seed)
         assert 0 < np.linalg.norm(p0 - al.datasets.JOINT_P0) < 1 and 0 < np.linalg.norm(v0 - al.datasets.JOINT_V0) < 1
     # inward (against the edge the paper's second set sits on) the first-order limit leaves the relaxed SVM

@@ -62,6 +62,7 @@ __all__ = [
     "joint_path_premise",
     "joint_path_table",
     "offset_growth",
+    "joint_path_search_gap",
     "joint_smoothness_bound",
     "joint_gradient_flow",
     "train_joint_below_smoothness",
@@ -393,6 +394,65 @@ def joint_path_premise(X, y, select, path: JointPath, svms, W=None, loss: str = 
     return head, attention
 
 
+def _signed_key(log_e, sign):
+    """Order excesses ``E = sign·e^log_e`` on one axis: ``(sign, sign·log|E|)`` as in the path's search."""
+    return np.asarray(sign, float), np.asarray(sign, float) * np.asarray(log_e, float)
+
+
+def _excess_over(search, best) -> float:
+    """``search − best`` of two ``(sign, key)`` pairs: the key difference when the signs agree, ``±inf`` else."""
+    (s_search, k_search), (s_best, k_best) = search, best
+    if s_search == s_best:
+        return float(k_search - k_best)
+    return float("inf") if s_search > s_best else float("-inf")
+
+
+def joint_path_search_gap(
+    X, y, select, path: JointPath, W=None, loss: str = "logistic", grid: int = 719, rotations=(0.0,)
+) -> np.ndarray:
+    """Is the path's point the minimiser? Its two block objectives against an independent search, at the largest radius.
+
+    The path (:func:`attnlib.paths.joint_regularization_path`) claims that ``v̄`` minimises
+    ``log L(p̄, ·)`` on the circle ``‖v‖ = R_v`` and ``p̄`` minimises the signed excess
+    ``L(·, v̄) − L_α(v̄)`` (:func:`joint_log_gap`) on ``‖p‖ = R_p``. This evaluates both objectives on
+    an independent grid of ``grid`` angles (a prime count, offset by half a spacing, so it shares no
+    angle with the path's grid or the axes) and returns, for each angle of ``rotations`` (degrees: the
+    block being judged turned by it, the other kept; ``0`` is the search's point, a turn is the
+    control, a search that missed by that angle), the rows ``(head, attention)``: the point's
+    objective minus the grid's best (``≤ 0``: no grid point beats it; a search trapped in a wrong
+    basin or short of its optimum by more than half the grid's spacing gives ``> 0``). One data set,
+    ``path`` unstacked. Returns (len(rotations), 2).
+
+    >>> import numpy as np, attnlib as al
+    >>> X, y = al.datasets.joint_tokens(relaxed=True)
+    >>> path = al.paths.joint_regularization_path(X, y, 1, [100.0], [1e4])
+    >>> gap = joint_path_search_gap(X, y, np.ones(3, int), path, rotations=(0.0, 1.0))
+    >>> bool(np.all(gap[0] <= 0)), bool(np.all(gap[1] > 0))
+    (True, True)
+    """
+    if not (isinstance(grid, (int, np.integer)) and grid >= 8):
+        raise ValueError(f"grid must be an integer >= 8, got {grid!r}")
+    loss = get_loss(loss)
+    X, y = np.asarray(X, float), np.asarray(y, float)
+    W = np.eye(X.shape[-1]) if W is None else np.asarray(W, float)
+    keys = X @ W.T
+    sel = np.asarray(select)
+    rp, rv = float(path.radii_p[-1]), float(path.radii_v[-1])
+    p_bar, v_bar = path.p[-1], path.v[-1]
+    angles = (np.arange(grid) + 0.5) * 2 * np.pi / grid
+    circle = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+    # one grid per block, shared by the point and its controls
+    head_best = joint_log_loss(X, y, keys, p_bar, rv * circle, loss).min()
+    sign, key = _signed_key(*joint_log_gap(X, y, keys, sel, rp * circle, v_bar, loss))
+    lowest = np.min(sign)
+    best = int(np.argmin(np.where(sign == lowest, key, np.inf)))
+    turned = np.stack([_rotate2(p_bar, a) for a in rotations]), np.stack([_rotate2(v_bar, a) for a in rotations])
+    head = joint_log_loss(X, y, keys, p_bar, turned[1], loss) - head_best
+    s_point, k_point = _signed_key(*joint_log_gap(X, y, keys, sel, turned[0], v_bar, loss))
+    attention = [_excess_over((s, k), (float(sign[best]), float(key[best]))) for s, k in zip(s_point, k_point)]
+    return np.stack([head, attention], axis=-1)
+
+
 def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) -> list[dict]:
     """Per data set of a stacked :class:`JointPath`, the end of the path against the SVMs (a table row).
 
@@ -403,7 +463,10 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
     bound, ``p_ratio`` / ``full_ratio`` ``(1 − cos)`` of ``p̄`` to the relaxed / full p-SVM over the
     attention bound (NaN when that bound is not for the relaxed SVM, ``same`` False), the angles
     ``to_v``, ``to_relaxed``, ``to_full``, ``to_balanced`` (to ``p̂(1)``) in degrees, and ``cls``
-    (:func:`classify_alignment`). Bounds from :func:`joint_path_bounds`. ``predicted``: the S
+    (:func:`classify_alignment`). Bounds from :func:`joint_path_bounds`; ``premise_*`` from
+    :func:`joint_path_premise` (the point against the rays); ``search_*`` / ``search_off_*`` from
+    :func:`joint_path_search_gap` (the point, and the point turned by 1° either way, weaker of the
+    two, against an independent grid). ``predicted``: the S
     directions ``p̂(1)`` if already computed (default: :func:`balanced_direction` of each).
     """
     p_hat = [balanced_direction(svms, rho=1.0) for svms in svms_list] if predicted is None else predicted
@@ -424,7 +487,8 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
         sel = check_selection(select, X.shape[1], X.shape[2])
         v_bound, p_bound, _, same = joint_path_bounds(X[s], y[s], sel, one, svms)
         premise = joint_path_premise(X[s], y[s], sel, one, svms)
-        missed = np.array([joint_path_premise(X[s], y[s], sel, one, svms, rotate=a) for a in (-1.0, 1.0)])
+        search, *off = joint_path_search_gap(X[s], y[s], sel, one, rotations=(0.0, -1.0, 1.0))
+        off = np.array(off)
         p_end, v_end = path.p[s, -1], path.v[s, -1]
         rows.append(
             dict(
@@ -439,8 +503,10 @@ def joint_path_rows(path: JointPath, X, y, svms_list, select=1, predicted=None) 
                 same=same,
                 premise_head=premise[0],
                 premise_attention=premise[1],
-                missed_head=float(missed[:, 0].min()),
-                missed_attention=float(missed[:, 1].min()),
+                search_head=float(search[0]),
+                search_attention=float(search[1]),
+                search_off_head=float(off[:, 0].min()),
+                search_off_attention=float(off[:, 1].min()),
             )
         )
     return rows
@@ -466,21 +532,31 @@ def joint_path_table(tables: dict, names: dict) -> str:
 
 
 def offset_growth(steps, theta, direction, slack: float = 1.5, floor: float = 1e-12) -> np.ndarray:
-    """Does the offset from ``direction`` stop growing? ``‖Δo_late‖ / (slack·‖Δo_early‖)``, (*batch,).
+    """Does the offset from ``direction`` stop growing? ``spread_late / (slack·spread_early)``, (*batch,).
 
     With ``o(t) = θ(t) − ⟨θ(t), d̂⟩ d̂`` the offset orthogonal to ``d`` (``d`` (d,) or one per run,
-    (*batch, d)), ``Δo_late = o(T) − o(T/2)`` and ``Δo_early = o(T/2) − o(T/4)`` (``T`` the last
-    recorded step; the records nearest ``T/2`` and ``T/4``). If ``θ`` converges in direction to ``d``
-    with a bounded offset that settles, the offset's change over ``[T/2, T]`` is at most what it was
-    over ``[T/4, T/2]``: the ratio is at most ``1/slack``. If ``θ`` heads to a direction ``δ`` degrees
-    off ``d`` instead, its offset from ``d`` grows like ``sin δ · ‖θ‖``, and a run whose norm grows
-    linearly in ``steps`` (NGD: ``‖θ‖ ≈ ηt``) doubles the change: the ratio tends to ``2/slack``
-    (``4/3`` for the default ``slack = 1.5``, the slack of :func:`attnlib.metrics.offset_tolerance`).
-    The check is ``ratio ≤ 1``. Pass ``steps = log t`` for a norm that grows like ``log t`` (GD).
-    Unlike the final ``1 − cos`` of :func:`offset_tolerance`, the changes cancel the offset the run
-    still carries, so a reference turned toward where the run happens to be at ``T`` does not score
-    better than the limit. ``floor`` (relative to ``‖θ(T)‖``) keeps a change that vanishes to rounding
-    from dividing by zero.
+    (*batch, d)), the late spread is ``max ‖o(s) − o(T)‖`` over the records ``s`` in ``[T/2, T]`` and
+    the early spread ``max ‖o(s) − o(T/2)‖`` over ``[T/4, T/2]`` (``T`` the last recorded step). For an
+    offset that moves monotonically in each window these are its changes over the two windows.
+
+    *Where it is valid* (derived for a run converging in direction to ``d``, offset
+    ``o(t) = o_∞ + Σ_k c_k φ_k(t)`` with decaying modes): a mode ``t^(−b)``, ``b > 0``, gives the ratio
+    ``2^(−b)/slack < 1``; a mode ``exp(−a t)`` gives ``e^(−x)(1 + e^(−x))/slack``
+    with ``x = aT/4``, at most 1 when ``aT ≥ 0.78`` (and ``4/3`` as ``aT → 0``: a mode still in its
+    linear stretch at ``T`` looks like a wrong direction, and no statistic of the run can tell them
+    apart). Two modes of opposite signs make the offset turn; the spread, unlike the net change,
+    counts the excursion of a turn inside the early window, so a turn does not shrink the
+    denominator. The early spread must stay above the rounding of ``o`` (``floor`` relative to
+    ``‖θ(T)‖``, which also keeps it from dividing by zero): a run that settled to rounding before
+    ``T/4`` is no longer measured, and passes only if its late spread is at rounding too.
+
+    *What fails:* heading to a direction ``δ`` off ``d``, the offset from ``d`` grows like
+    ``sin δ · ‖θ‖``; a run whose norm grows linearly in ``steps`` (NGD: ``‖θ‖ ≈ ηt``) doubles the
+    spread from one window to the next, ratio ``→ 2/slack`` (``4/3`` for the default ``slack = 1.5``,
+    the slack of :func:`attnlib.metrics.offset_tolerance`). The check is ``ratio ≤ 1``. Pass
+    ``steps = log t`` for a norm that grows like ``log t`` (GD). Unlike the final ``1 − cos`` of
+    :func:`offset_tolerance`, the spreads cancel the offset the run still carries, so a reference
+    turned toward where the run happens to be at ``T`` does not score better than the limit.
 
     >>> import numpy as np
     >>> t = np.arange(0, 101.0)
@@ -502,12 +578,9 @@ def offset_growth(steps, theta, direction, slack: float = 1.5, floor: float = 1e
         raise ValueError("offset_growth needs distinct records near T/4, T/2 and T")
     unit = np.asarray(direction, float)
     unit = unit / np.linalg.norm(unit, axis=-1, keepdims=True)
-
-    def offset(x):
-        return x - np.sum(x * unit, axis=-1, keepdims=True) * unit
-
-    late = np.linalg.norm(offset(theta[-1]) - offset(theta[half]), axis=-1)
-    early = np.linalg.norm(offset(theta[half]) - offset(theta[quarter]), axis=-1)
+    offset = theta - np.sum(theta * unit, axis=-1, keepdims=True) * unit  # (R, *batch, d)
+    late = np.linalg.norm(offset[half:] - offset[-1], axis=-1).max(axis=0)
+    early = np.linalg.norm(offset[quarter : half + 1] - offset[half], axis=-1).max(axis=0)
     tiny = floor * np.linalg.norm(theta[-1], axis=-1)
     return late / (slack * np.maximum(early, tiny))
 

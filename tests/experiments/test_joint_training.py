@@ -1,5 +1,7 @@
 """Chapter experiments: attnlib.experiments.joint_training."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -127,6 +129,22 @@ def test_joint_path_rows_and_table_read_the_path_against_the_svms():
     assert len(lines) == 4 and lines[2].startswith("| tight | 2 |") and lines[3].endswith("| relaxed |")
 
 
+def test_joint_path_search_gap_passes_the_search_and_flags_a_missed_minimiser():
+    """The path's point is no worse than an independent grid in either block; a point turned by 1 degree
+    (a search that missed), or a path whose p is replaced by a worse angle, is beaten; bad grids are refused."""
+    ex = al.experiments.joint_training
+    for seed in (0, 7):
+        X, y = al.datasets.joint_tokens(relaxed=True, seed=seed)
+        path = al.paths.joint_regularization_path(X, y, 1, [300.0], [300.0**2])
+        gap = ex.joint_path_search_gap(X, y, np.ones(3, int), path, rotations=(0.0, -1.0, 1.0, 0.3))
+        assert gap.shape == (4, 2) and np.all(gap[0] <= 0) and np.all(gap[1:] > 0)
+        # a stale search: its p from another radius' direction turned by 2 degrees
+        wrong = dataclasses.replace(path, p=al.metrics.rotate_toward(path.p[-1], [0.0, 1.0], 2.0)[None])
+        assert ex.joint_path_search_gap(X, y, np.ones(3, int), wrong)[0, 1] > 0
+    with pytest.raises(ValueError, match="grid"):
+        ex.joint_path_search_gap(X, y, np.ones(3, int), path, grid=3)
+
+
 def test_offset_growth_passes_a_settling_offset_and_fails_a_turned_reference():
     ex = al.experiments.joint_training
     t = np.arange(0, 201.0)
@@ -139,6 +157,15 @@ def test_offset_growth_passes_a_settling_offset_and_fails_a_turned_reference():
     runs = np.stack([run, run[:, ::-1]], 1)
     refs = np.array([[1.0, 0.0], [0.0, 1.0]])
     np.testing.assert_allclose(ex.offset_growth(t, runs, refs), [ex.offset_growth(t, run, refs[0])] * 2)
+    # a turning offset (a fast mode of one sign, then a slow 1/t mode of the other), turning inside the
+    # early window: the net change over [T/4, T/2] nearly cancels (2.85 times too small), the spread does not
+    long = np.arange(0, 1001.0)
+    turning = np.stack([long + 1.0, 0.3 * np.exp(-0.03 * long) - 0.1 / (long + 10.0)], -1)
+    assert ex.offset_growth(long, turning, [1.0, 0.0]) <= 1
+    # an exponential mode exp(-a t) passes when a T >= 0.78 and looks like a wrong direction below (its bound)
+    for aT, ok in ((0.85, True), (0.7, False)):
+        mode = np.stack([t + 1.0, 1.0 - np.exp(-aT / 200 * t)], -1)
+        assert bool(ex.offset_growth(t, mode, [1.0, 0.0]) <= 1) is ok
     with pytest.raises(ValueError, match="slack"):
         ex.offset_growth(t, run, [1.0, 0.0], slack=0.5)
     with pytest.raises(ValueError, match="same length"):
