@@ -48,6 +48,7 @@ __all__ = [
     "random_joint_tokens",
     "PlantedTokens",
     "planted_tokens",
+    "gaussian_tokens",
     "rank_instance",
     "ReluHeadInstances",
     "relu_head_instances",
@@ -447,6 +448,32 @@ def planted_tokens(n: int, T: int, d: int, seed=0, c: float = 1.0, queries: str 
         Z = rng.standard_normal((n, d))
         Z /= np.linalg.norm(Z, axis=-1, keepdims=True)
     return PlantedTokens(X, y, Z, best, u)
+
+
+def gaussian_tokens(n: int, T: int, d: int, seed=0, signal: float = 1.0) -> PlantedTokens:
+    """Gaussian-like token data: one signal token per sequence, every other token pure noise.
+
+    A unit direction ``u*``; token ``t`` of sequence ``i`` is ``ξ_it ~ N(0, I_d/d)`` (norm about 1),
+    except the signal token ``x_{i,signal_i} = y_i·signal·u* + ξ_it``; labels ±1, query ``z_i = x_{i1}``
+    (self-attention). This is the book's stand-in for the "Gaussian-like" data under which a summary
+    of [FAST] v2 states the loss of joint training decays like ``exp(−t^{1/3})``; the paper's own
+    data model could not be checked. Shapes: ``X`` (n, T, d), ``y`` (n,), ``signal`` (n,), ``u_star`` (d,).
+
+    >>> D = gaussian_tokens(6, 8, 10, seed=0)
+    >>> D.X.shape, bool(np.all(D.y * (D.X[np.arange(6), D.signal] @ D.u_star) > 0))
+    ((6, 8, 10), True)
+    """
+    n, T, d = check_integer("n", n, 1, 10**6), check_integer("T", T, 2, 10**6), check_integer("d", d, 1, 10**6)
+    if not np.isfinite(signal) or signal <= 0:
+        raise ValueError(f"signal must be a positive number, got {signal!r}")
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    y = rng.choice([-1.0, 1.0], size=n)
+    X = rng.standard_normal((n, T, d)) / np.sqrt(d)
+    best = rng.integers(0, T, size=n)
+    X[np.arange(n), best] += (y * signal)[:, None] * u
+    return PlantedTokens(X, y, None, best, u)
 
 
 def rank_instance(n: int, T: int, d: int, seed: int):

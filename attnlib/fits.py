@@ -5,7 +5,8 @@ All take the abscissa (R,) and values (R,) or (R, S) (one column per run) and fi
 decay, :func:`late_slopes` / :func:`late_decay` the slope and end-to-end rate over a late window,
 :func:`half_decade_slopes` / :func:`running_half_decade_slopes` slopes over half-decades of
 ``log t``, and :func:`inverse_log_vs_power` tests the slow shape ``1/log t`` against a power law
-([FAST]).
+([FAST]); :func:`loss_shapes` fits a decaying loss by stretched exponentials ``exp(−c t^a)`` and by
+a power law.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ __all__ = [
     "exponential_rate",
     "ShapeFit",
     "inverse_log_vs_power",
+    "LossShapes",
+    "loss_shapes",
     "half_decade_slopes",
     "late_slopes",
     "late_decay",
@@ -136,6 +139,82 @@ def inverse_log_vs_power(t, err) -> ShapeFit:
         res_log = np.where(inv > 0, y + np.log(np.where(inv > 0, inv, 1.0)), np.inf)
     rms = [float(np.sqrt(np.mean(r**2))) for r in (res_log, res_pow)]
     return ShapeFit(rms[0], rms[1], float(-power[1]), res_log, res_pow)
+
+
+@dataclass(frozen=True)
+class LossShapes:
+    """Fits of a decaying loss by ``exp(b − c t^a)`` (a fixed or fitted) and by ``e^b t^−p``.
+
+    Attributes:
+        exponent: the fitted ``a`` of the stretched exponential (the best on a grid of ``a``).
+        rms: shape name -> RMS residual in ``log L`` (``"a = 1/3"``, ``"a = 1/2"``, ``"a = 1"``,
+            ``"power law"``, ``"fitted a"``).
+        power: the fitted power-law exponent ``p``.
+    """
+
+    exponent: float
+    rms: dict
+    power: float
+
+
+#: The stretched exponentials named by :func:`loss_shapes`: exp(−c t^a) for these a.
+LOSS_SHAPE_EXPONENTS = {"a = 1/3": 1 / 3, "a = 1/2": 0.5, "a = 1": 1.0}
+
+
+def _shape_fit(feature, log_loss):
+    design = np.stack([np.ones_like(feature), feature], axis=1)
+    coef = np.linalg.lstsq(design, log_loss, rcond=None)[0]
+    return float(np.sqrt(np.mean((log_loss - design @ coef) ** 2))), coef
+
+
+#: The default grid of exponents ``a`` that :func:`loss_shapes` searches before refining its best.
+LOSS_SHAPE_GRID = np.linspace(0.02, 2.0, 34)
+
+
+def loss_shapes(t, log_loss, exponents=LOSS_SHAPE_GRID) -> LossShapes:
+    """Fit ``log L(t)`` by ``b − c t^a`` and by ``b − p log t``; residuals on one scale, ``log L``.
+
+    Every model has two linear parameters, fitted by least squares: ``log L`` against ``t^a``
+    (the stretched exponential ``exp(−c t^a)``, for each ``a`` of :data:`LOSS_SHAPE_EXPONENTS` and for
+    the best ``a``: the best of the grid ``exponents``, refined by a golden-section search between its
+    neighbours) and against ``log t`` (a power law). A loss
+    falling like ``exp(−ct)`` gives ``a = 1``; a power law ``t^−p`` drives the fitted ``a`` to the
+    smallest of ``exponents`` (``(t^a − 1)/a → log t`` as ``a → 0``).
+
+    Args: ``t`` (R,) positive increasing steps; ``log_loss`` (R,) finite ``log L``.
+
+    >>> import numpy as np
+    >>> t = np.logspace(1, 3, 30)
+    >>> fit = loss_shapes(t, 2.0 - 0.5 * t ** (1 / 3))
+    >>> round(fit.exponent, 4), fit.rms["a = 1/3"] < 1e-9 < fit.rms["a = 1"]
+    (0.3333, True)
+    >>> round(loss_shapes(t, 1.0 - 1.5 * np.log(t)).power, 6)
+    1.5
+    """
+    t = np.asarray(t, float)
+    log_loss = np.asarray(log_loss, float)
+    if t.shape != log_loss.shape or t.ndim != 1 or t.size < 4:
+        raise ValueError(f"t and log_loss must be 1-D of equal length >= 4, got {t.shape} and {log_loss.shape}")
+    if not (np.all(t > 0) and np.all(np.diff(t) > 0) and np.all(np.isfinite(log_loss))):
+        raise ValueError("t must be positive and increasing, log_loss finite")
+    scale = t[-1]  # t/t_end keeps t^a well scaled for every a
+    rms = {name: _shape_fit((t / scale) ** a, log_loss)[0] for name, a in LOSS_SHAPE_EXPONENTS.items()}
+    rms_power, coef = _shape_fit(np.log(t), log_loss)
+    rms["power law"] = rms_power
+    grid = np.asarray(exponents, float)
+
+    def residual(a):
+        return _shape_fit((t / scale) ** a, log_loss)[0]
+
+    best = int(np.argmin([residual(a) for a in grid]))
+    low, high = grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)]
+    golden = (np.sqrt(5.0) - 1) / 2
+    for _ in range(40):  # golden-section search: the bracket shrinks by 0.618 per step, to 1e-8 of the grid's step
+        a1, a2 = high - golden * (high - low), low + golden * (high - low)
+        low, high = (low, a2) if residual(a1) <= residual(a2) else (a1, high)
+    exponent = float((low + high) / 2)
+    rms["fitted a"] = residual(exponent)
+    return LossShapes(exponent, rms, float(-coef[1]))
 
 
 def half_decade_slopes(t, y) -> tuple[float, float]:

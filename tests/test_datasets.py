@@ -264,3 +264,20 @@ def test_joint_tokens_seed_zero_is_the_paper_and_other_seeds_stay_in_its_regime(
     assert al.angle_degrees(al.svm.balanced_direction(svms, rho=1.0), svms.relaxed.theta) > 0.5
     with pytest.raises(ValueError, match="seed"):
         al.datasets.joint_tokens(seed=-1)
+
+
+def test_gaussian_tokens_plant_one_signal_token_in_gaussian_noise():
+    D = al.datasets.gaussian_tokens(200, 8, 50, seed=3, signal=2.0)
+    noise = np.delete(D.X.reshape(-1, 50), np.arange(200) * 8 + D.signal, axis=0)
+    # Noise tokens are N(0, I/d): squared norms average 1, no component along u*.
+    assert np.mean(np.sum(noise**2, axis=-1)) == pytest.approx(1.0, abs=0.02)
+    assert np.mean(noise @ D.u_star) == pytest.approx(0.0, abs=0.02)
+    signal = D.X[np.arange(200), D.signal] @ D.u_star * D.y
+    assert np.mean(signal) == pytest.approx(2.0, abs=0.05)
+    assert D.Z is None and np.linalg.norm(D.u_star) == pytest.approx(1.0)
+    again = al.datasets.gaussian_tokens(200, 8, 50, seed=3, signal=2.0)
+    assert np.array_equal(again.X, D.X) and np.array_equal(again.y, D.y)
+    with pytest.raises(ValueError, match="signal"):
+        al.datasets.gaussian_tokens(4, 5, 6, signal=0.0)
+    with pytest.raises(ValueError, match="T"):
+        al.datasets.gaussian_tokens(4, 1, 6)

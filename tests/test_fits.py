@@ -82,3 +82,33 @@ def test_running_half_decade_slopes_follow_a_changing_slope():
     assert ends[0] >= 30 and s.shape == (len(ends), 1)
     np.testing.assert_allclose(s[ends <= 300 / 10**0.5 * 0.99, 0], 2.0)
     np.testing.assert_allclose(s[ends >= 300 * 10**0.5 * 1.01, 0], 1.0)
+
+
+# ---------------------------------------------------------------------------------- loss shapes
+@pytest.mark.parametrize("a", [1 / 3, 0.5, 1.0, 0.8])
+def test_loss_shapes_recover_a_stretched_exponential(a):
+    t = al.log_steps(2_000)[1:].astype(float)
+    window = t >= 100
+    fit = al.fits.loss_shapes(t[window], 3.0 - 0.4 * t[window] ** a)
+    assert fit.exponent == pytest.approx(a, abs=1e-6)
+    assert fit.rms["fitted a"] < 1e-6 < fit.rms["power law"]
+    others = [name for name, b in al.fits.LOSS_SHAPE_EXPONENTS.items() if abs(b - a) > 0.1]
+    assert all(fit.rms[name] > 1e-3 for name in others)
+
+
+def test_loss_shapes_send_a_power_law_to_the_grid_floor():
+    t = np.logspace(1, 4, 40)
+    fit = al.fits.loss_shapes(t, 2.0 - 1.2 * np.log(t))
+    assert fit.power == pytest.approx(1.2) and fit.rms["power law"] < 1e-12
+    assert fit.exponent == pytest.approx(al.fits.LOSS_SHAPE_GRID[0], abs=1e-6)
+    assert fit.rms["a = 1/3"] > fit.rms["fitted a"] > fit.rms["power law"]
+
+
+def test_loss_shapes_reject_bad_input():
+    t = np.logspace(1, 3, 10)
+    with pytest.raises(ValueError, match="equal length"):
+        al.fits.loss_shapes(t, np.ones(9))
+    with pytest.raises(ValueError, match="increasing"):
+        al.fits.loss_shapes(t[::-1], -t)
+    with pytest.raises(ValueError, match="finite"):
+        al.fits.loss_shapes(t, np.full(10, -np.inf))
