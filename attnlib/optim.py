@@ -318,7 +318,11 @@ class GDOrNGD(StepRule):
     def lengths(self, lrs, log_grad_norm, log_gap=None):
         if np.shape(self.gd) != np.shape(lrs):
             raise ValueError(f"gd must mark each of the {len(lrs)} trajectories, got shape {np.shape(self.gd)}")
-        return np.where(self.gd, lrs * np.exp(log_grad_norm), lrs)
+        # Through the two rules' own methods (not their formulas inlined): a change to either rule,
+        # such as a planted mutant of attnlib.book.mutants, reaches the batched runs too.
+        gd = GradientDescent.lengths(self, lrs, log_grad_norm, log_gap)
+        ngd = NormalizedGradientDescent.lengths(self, lrs, log_grad_norm, log_gap)
+        return np.where(self.gd, gd, ngd)
 
 
 @dataclass(frozen=True)

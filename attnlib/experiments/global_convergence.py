@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fits import half_decade_slopes
-from ..flow import flow_grid, gradient_flow, smoothness_bound
-from ..metrics import cosine, offset_exponent, one_minus_cosine, orthogonal_offset
+from ..fits import exponential_rate, half_decade_slopes
+from ..flow import flow_grid, gd_direction, gradient_flow, smoothness_bound
+from ..metrics import (
+    cosine,
+    log_one_minus_mass,
+    offset_exponent,
+    one_minus_cosine,
+    orthogonal_offset,
+    rotate_toward,
+    rotation_resolution,
+)
 from ..model import TokenSelectionProblem, stack_problems, token_selection
 from ..optim import record_schedule, train_together
 from ..svm import InfeasibleError, max_margin
@@ -38,6 +46,10 @@ __all__ = [
     "TRAP_START",
     "trap_instance",
     "perturbed",
+    "SCORE_JITTER",
+    "jittered_scores",
+    "tail_model_check",
+    "mass_rate_ratio",
     "trap_certificate",
     "trap_basin",
     "equal_score_problems",
@@ -349,6 +361,67 @@ def perturbed(prob: TokenSelectionProblem, seed: int, scale: float) -> TokenSele
     return token_selection(prob.A + noise * keep, prob.gamma, prob.loss)
 
 
+#: How far a seed other than 0 moves the loss study's scores ``C`` (:func:`jittered_scores`): each is
+#: multiplied by ``exp(−SCORE_JITTER·u)``, ``u ~ U(0, 1)``, i.e. lowered by at most 18%.
+SCORE_JITTER = 0.2
+
+
+def jittered_scores(scores, seed: int, jitter: float = SCORE_JITTER) -> np.ndarray:
+    """The loss study's scores ``C`` at ``seed``: the paper's at seed 0, else each times ``exp(−jitter·U(0, 1))``.
+
+    Every ``C > 0`` keeps the loss study inside the hypotheses (two tokens per input, the optimal
+    tokens and ``p_mm* = (1, 0)`` do not depend on ``C``), and its offset formula
+    (:func:`attnlib.datasets.loss_study_offset`) holds for every ``C``, so a seed draws fresh scores
+    from the family the paper varies. They only move down, so the largest stays within the
+    distance NGD travels (the page's bound on ``C``). ``scores``: array-like (k,); returns (k,).
+
+    >>> jittered_scores([1.0, 3.0], 0).tolist()
+    [1.0, 3.0]
+    >>> bool(np.all((jittered_scores([1.0, 3.0], 5) < [1.0, 3.0]) & (jittered_scores([1.0, 3.0], 5) > 0.8)))
+    True
+    """
+    scores = np.asarray(scores, float)
+    if not seed:
+        return scores
+    u = np.random.default_rng([seed, 1]).uniform(size=scores.shape)  # its own stream: the keys' draws stay
+    return scores * np.exp(-jitter * u)
+
+
+def tail_model_check(prob: TokenSelectionProblem, sol, times, theta, lr=None, others=None) -> dict:
+    """A direction check of plain GD or gradient flow against the tail model of the optimal tokens.
+
+    The statistic: the largest, over the runs and the recorded times from ``T^(1/2)``, of the
+    angle to the tail model's prediction (:func:`attnlib.flow.gd_direction`) over its tolerance,
+    for a reference direction ``ref`` (``sol.theta`` the claim). ``others``: {label: wrong
+    reference} controls; one more control is ``p_mm*`` rotated in the key plane by twice the
+    resolution (the smallest rotation the check detects, :func:`attnlib.metrics.rotation_resolution`).
+    ``times`` (k,), ``theta`` (k, B, *shape); ``lr`` the GD step (None: gradient flow).
+    Returns ``value``, ``controls`` {label: value}, ``resolution`` (degrees) and ``check``
+    (the :func:`~attnlib.flow.gd_direction` result).
+    """
+    chk = gd_direction(prob, sol, times, theta, lr=lr)
+
+    def stat(ref):
+        return float(np.max(chk.against(ref) / chk.tolerance))
+
+    toward = np.zeros_like(np.asarray(sol.theta, float))
+    toward.flat[:2] = -sol.theta.flat[1], sol.theta.flat[0]  # in the key plane, orthogonal to p_mm*
+    res = rotation_resolution(lambda ref: stat(ref) <= 1, sol.theta, toward=toward)
+    controls = {f"p_mm* rotated by {2 * res:.2g} degrees": stat(rotate_toward(sol.theta, toward, 2 * res))}
+    controls |= {label: stat(ref) for label, ref in (others or {}).items()}
+    return {"value": stat(sol.theta), "controls": controls, "resolution": res, "check": chk}
+
+
+def mass_rate_ratio(prob: TokenSelectionProblem, sol, steps, theta, lr: float) -> np.ndarray:
+    """NGD's attention rate in units of its prediction: per run, the fitted decay rate of
+    ``log(1 − mean σ_opt)`` over ``[T/2, T]`` times ``M/η`` (1 when ``1 − σ_opt ∝ e^{−ηt/M}``).
+
+    ``steps`` (k,), ``theta`` (k, B, *shape); returns (B,).
+    """
+    off = np.logaddexp.reduce(log_one_minus_mass(prob, theta), -1)  # log Σ_i (1 − σ_i): the mean, up to log n
+    return exponential_rate(steps, off) / (sol.margin * lr)
+
+
 def trap_certificate(prob: TokenSelectionProblem, start, t_max: float = 1e15, gd_steps: int = 20_000) -> dict:
     """The trap, measured: gradient flow to ``t_max`` and GD at ``η = c/L`` (c = 0.1, 1) from ``start`` and from 0.
 
@@ -423,7 +496,9 @@ def trap_rates(cells, count: int, seed: int, t_max: float = 1e15) -> list[dict]:
     Each cell draws ``count`` instances (:func:`equal_score_problems`, seed ``seed`` + cell index)
     and one start per instance of norm ``start_norm`` in a uniform random direction, integrates
     them as one batch per instance size (rtol = atol = 1e-6) to ``t_max`` and counts the runs
-    with some input attending to a non-optimal token. Returns one dict per cell.
+    with some input attending to a non-optimal token. Returns one dict per cell; ``worst_log_off``
+    is the largest ``log(1 − σ_opt)`` over its runs and inputs at the end (above ``log ½`` in a
+    trapped run: its optimal token is outweighed).
     """
     rows = []
     for k, (n, T, d, norm) in enumerate(cells):
@@ -435,7 +510,18 @@ def trap_rates(cells, count: int, seed: int, t_max: float = 1e15) -> list[dict]:
         run = gradient_flow(stack, starts, times=flow_grid(t_max, per_decade=1), rtol=1e-6, atol=1e-6)
         sel = np.argmax(stack.logits(run.theta[-1]), axis=-1)  # (S, n)
         trapped = np.any(sel != stack.opt, axis=-1)
-        rows.append({"n": n, "T": T, "d": d, "start_norm": norm, "runs": count, "trapped": int(trapped.sum())})
+        log_off = log_one_minus_mass(stack, run.theta[-1])  # (S, n): log(1 − σ_opt) per input, exact in log space
+        rows.append(
+            {
+                "n": n,
+                "T": T,
+                "d": d,
+                "start_norm": norm,
+                "runs": count,
+                "trapped": int(trapped.sum()),
+                "worst_log_off": float(log_off.max()),
+            }
+        )
     return rows
 
 

@@ -16,6 +16,7 @@ from .common import COLORS, SAMPLE_COLORS, direction, paths, tokens
 __all__ = [
     "margin_strips",
     "gradient_cosine_map",
+    "one_pass_layout",
     "path_with_direction_error",
     "start_paths",
     "direction_error_curves",
@@ -143,6 +144,23 @@ def gradient_cosine_map(ax, grid, cos, label=True):
     return image
 
 
+def one_pass_layout(fig, wspace: float = 0.3) -> None:
+    """Space a row of panels with fixed margins instead of ``fig.tight_layout()``.
+
+    ``tight_layout`` lays every text out once more before the picture is drawn, and the inline
+    backend's ``bbox_inches="tight"`` already crops the picture to its artists (labels outside
+    the margins included), so the margins only have to leave room *between* the panels:
+    ``wspace`` (a fraction of the mean panel width) covers the tick labels and the label of the
+    right-hand panel. The same pixels apart from the panels' spacing, with one layout pass fewer.
+
+    >>> import matplotlib.pyplot as plt
+    >>> fig, axes = plt.subplots(1, 2)
+    >>> one_pass_layout(fig); fig.subplotpars.wspace
+    0.3
+    """
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.14, top=0.9, wspace=wspace)
+
+
 def path_with_direction_error(prob: TokenSelectionProblem, theta_mm, steps, theta, title=None, figsize=(9, 3.6)):
     """One trajectory: its path in the key plane over the margin strips, and its direction error.
 
@@ -254,7 +272,7 @@ def ngd_and_gd_overview(prob: TokenSelectionProblem, theta_mm, ngd, gd, starts, 
     axes[1].legend(loc="lower right")
     axes[2].set(xlabel="iteration $t$", ylabel=r"$\|p(t)\|$", title="(c) norm growth, $p(0) = 0$")
     axes[2].legend(loc="upper left")
-    fig.tight_layout()
+    one_pass_layout(fig)
     return fig
 
 
@@ -325,7 +343,7 @@ def offset_study(runs: dict, predicted, shown: int, labels: dict, colors: dict):
     for ax in axes:
         ax.legend(loc="lower left")
     _major_log_ticks(*axes)
-    fig.tight_layout()
+    one_pass_layout(fig)
     return fig
 
 
@@ -359,7 +377,7 @@ def random_start_runs(theta, steps, long_steps, long_theta, theta_mm, adversaria
     axes[1].set(xlabel="iteration $t$", ylabel=r"$1 - \cos(p(t), p^{\mathrm{mm}\star})$", ylim=(1e-7, 3))
     axes[1].set_title(f"(b) direction error of every run, continued to {int(long_steps[-1])} steps")
     _major_log_ticks(*axes)
-    fig.tight_layout()
+    one_pass_layout(fig)
     return fig
 
 
@@ -401,7 +419,7 @@ def gd_against_ngd(prob: TokenSelectionProblem, theta_mm, gd, ngd, zero: int, wi
     for ax in axes:
         ax.legend(loc="lower left" if ax is not axes[2] else "upper left")
     _major_log_ticks(*axes)
-    fig.tight_layout()
+    one_pass_layout(fig)
     return fig, slope
 
 

@@ -196,3 +196,48 @@ def test_offset_equilibrium_is_a_stationary_point_of_the_neighbours_pull():
             h = 1e-4
             curvature = (logZ(h) - 2 * logZ(0.0) + logZ(-h)) / h**2
             assert kappa == pytest.approx(curvature / sol.margin, rel=1e-4)
+
+
+# ---------------------------------------------------------------------- seeds, twins and the trap rates
+
+
+def test_jittered_scores_keep_seed_zero_and_lower_the_others_by_at_most_the_jitter():
+    ex = al.experiments.global_convergence
+    scores = np.array([1.0, 3.0, 100.0])
+    np.testing.assert_array_equal(ex.jittered_scores(scores, 0), scores)
+    for seed in (1, 2003, 2017):
+        moved = ex.jittered_scores(scores, seed)
+        assert np.all(moved < scores) and np.all(moved >= scores * np.exp(-ex.SCORE_JITTER))
+        np.testing.assert_array_equal(moved, ex.jittered_scores(scores, seed))  # the seed decides
+    assert not np.allclose(ex.jittered_scores(scores, 1), ex.jittered_scores(scores, 2))
+
+
+def test_tail_model_check_passes_the_flow_and_fails_its_rotated_and_wrong_references():
+    ex = al.experiments.global_convergence
+    prob = al.datasets.single_input()
+    sol = al.max_margin(prob)
+    flow = al.flow.gradient_flow(prob, al.datasets.SINGLE_INPUT_INITS[:3], t_max=1e15)
+    wrong = al.enumerate_selections(prob)[1].solution.theta  # the SVM of token 2
+    out = ex.tail_model_check(prob, sol, flow.steps, flow.theta, others={"token 2": wrong})
+    assert out["value"] <= 1.0 and out["resolution"] > 0
+    assert len(out["controls"]) == 2 and all(v > 1.0 for v in out["controls"].values())
+
+
+def test_mass_rate_ratio_is_one_under_ngd_and_far_below_under_gd():
+    ex = al.experiments.global_convergence
+    prob = al.datasets.multi_input(0)
+    sol = al.max_margin(prob)
+    ngd = al.train(prob, al.datasets.MULTI_INPUT_INITS[:2], steps=3000, method="ngd", lr=0.1, record_every=10)
+    eps = ex.ngd_rate_tolerance(prob, sol.theta, ngd.steps, ngd.theta, 0.1)
+    assert np.all(np.abs(ex.mass_rate_ratio(prob, sol, ngd.steps, ngd.theta, 0.1) - 1) <= eps)
+    gd = al.train(prob, al.datasets.MULTI_INPUT_INITS[:2], steps=3000, method="gd", lr=1.0, record_every=10)
+    assert np.all(ex.mass_rate_ratio(prob, sol, gd.steps, gd.theta, 1.0) < 0.1)  # a power law, not e^{-eta t/M}
+
+
+def test_trap_rates_worst_attention_off_is_above_one_half_exactly_when_a_run_is_trapped():
+    # With two tokens per input a run is trapped iff sigma_opt < 1/2 at the end: the statistic of
+    # chapter 1's n = 1 check separates the rows exactly as the count does.
+    rows = al.experiments.global_convergence.trap_rates([(1, 2, 2, 2.0), (2, 2, 2, 2.0)], 30, seed=2, t_max=1e8)
+    for row in rows:
+        assert (row["worst_log_off"] > -np.log(2)) == (row["trapped"] > 0)
+    assert rows[0]["trapped"] == 0 and rows[1]["trapped"] > 0  # the control row has trapped runs
