@@ -53,6 +53,7 @@ __all__ = [
     "LocalPathCase",
     "local_path_case",
     "local_path_table",
+    "neighbour_scores",
     "MOTION_TOL",
     "BasinMap",
     "classify_motion",
@@ -300,6 +301,21 @@ class LocalPathCase:
     leave: float
 
 
+def neighbour_scores(prob: TokenSelectionProblem, solution) -> str:
+    """Where the SVM-neighbours of a feasible selection score against it: ``"all below"`` (locally optimal),
+    ``"all above"`` (the page predicts that its local path leaves the cone) or ``"mixed"`` (no prediction).
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> [neighbour_scores(prob, r.solution) for r in al.enumerate_selections(prob)]
+    ['all below', 'all below', 'all above']
+    """
+    g_sel = prob.gamma[np.arange(prob.n), np.asarray(solution.select)][:, None]
+    if np.all(~solution.neighbors | (g_sel > prob.gamma)):
+        return "all below"
+    return "all above" if np.all(~solution.neighbors | (prob.gamma > g_sel)) else "mixed"
+
+
 def local_path_case(
     prob: TokenSelectionProblem,
     solution,
@@ -326,9 +342,8 @@ def local_path_case(
     """
     sel = np.asarray(solution.select)
     theta_mm = np.asarray(solution.theta, float)
-    g_sel = prob.gamma[np.arange(prob.n), sel][:, None]
-    lo_ok = bool(np.all(~solution.neighbors | (g_sel > prob.gamma)))
-    all_higher = bool(np.all(~solution.neighbors | (prob.gamma > g_sel)))
+    side = neighbour_scores(prob, solution)
+    lo_ok, all_higher = side == "all below", side == "all above"
     beta = admissible_cone_angle(prob, sel, theta_mm) if lo_ok else 0.0
     resolved = False
     if beta > 0:
