@@ -26,7 +26,13 @@ This namespace holds the core contract below (at most 40 names) and the subpacka
 True
 """
 
-# The rooms.
+import importlib
+
+# The rooms. ``flow``, ``basins``, ``experiments`` and ``figures`` load on first use (the module
+# ``__getattr__`` below, PEP 562): ``import attnlib`` then costs numpy, scipy.special and the core,
+# not scipy.integrate, matplotlib.pyplot and every chapter's drivers, which a page, a sweep point
+# or a script pays for only if it reaches them. ``al.figures`` etc. and ``from attnlib import
+# flow`` work as before.
 from . import losses as losses
 from . import model as model
 from . import svm as svm
@@ -34,11 +40,7 @@ from . import optim as optim
 from . import paths as paths
 from . import metrics as metrics
 from . import fits as fits
-from . import flow as flow
-from . import basins as basins
 from . import datasets as datasets
-from . import experiments as experiments
-from . import figures as figures
 from . import book as book
 
 # The problem: logits linear in the parameter, fixed token scores, a decreasing loss.
@@ -59,9 +61,25 @@ from .metrics import one_minus_cosine, orthogonal_offset
 from .fits import fit_slope
 
 # The book's machinery a chapter calls: its checks, its parameter validation, its explorers.
-from .book import Checks, explorer, integer, list_of, one_of, real, text, validate
+from .book import Checks, integer, list_of, one_of, real, text, validate
 
 __version__ = "0.1.0"
+
+_LAZY_ROOMS = ("flow", "basins", "experiments", "figures")
+
+
+def __getattr__(name: str):
+    """Load a lazy room (``flow``, ``basins``, ``experiments``, ``figures``) or ``explorer`` on first access."""
+    if name in _LAZY_ROOMS:
+        return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
+    if name == "explorer":  # from attnlib.book.widgets, which imports matplotlib: also on first use
+        return book.explorer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_ROOMS) | {"explorer"})
+
 
 __all__ = [
     "get_loss",

@@ -42,6 +42,7 @@ from .model import (
     factor_grad,
     reduce_to_span,
     stack_problems,
+    terms_and_scaled_grad,
     token_selection,
 )
 
@@ -584,8 +585,7 @@ def train(
     start = time.perf_counter()
 
     def observe(recording):
-        terms = prob.terms_from_flat(flat)
-        log_scale, g = prob.scaled_grad_from(terms)
+        terms, log_scale, g = terms_and_scaled_grad(prob, flat)
         g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
         return terms, log_scale, g, g_norm, log_scale + np.log(g_norm)
 
@@ -1117,9 +1117,9 @@ def train_kq(
     safe = lambda x: np.where(x > 0, x, 1.0)[:, None, None]  # noqa: E731
 
     def observe(recording):
-        W = K @ np.swapaxes(Q, 1, 2)
-        terms = prob.terms_from_flat(W.reshape(B, -1))  # the AttentionProblem protocol: W is valid here
-        log_scale, gW = prob.scaled_grad_from(terms, batch=(B,))
+        W = K @ np.ascontiguousarray(np.swapaxes(Q, 1, 2))  # a contiguous Qᵀ: BLAS, the same product
+        terms, log_scale, gW = terms_and_scaled_grad(prob, W.reshape(B, -1))  # the AttentionProblem protocol
+        gW = gW.reshape((B,) + prob.shape)
         gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
         nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
         g_norm = np.sqrt(nK**2 + nQ**2)
@@ -1134,7 +1134,10 @@ def train_kq(
 
     def move(seen, loop):
         _, log_scale, gK, gQ, nK, nQ, g_norm, log_gn, log_gap = seen
-        loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
+        # As in train(): with a finite log-norm and finite factors nothing is unusable, and the
+        # per-member tests (reductions over two axes of K and Q) are skipped.
+        if not (np.isfinite(log_gn).all() and np.isfinite(K).all() and np.isfinite(Q).all()):
+            loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
         if method == "ngd" and normalize == "separate":
             mK = np.where(nK > 0, lr, 0.0)[:, None, None] * gK / safe(nK)
             mQ = np.where(nQ > 0, lr, 0.0)[:, None, None] * gQ / safe(nQ)

@@ -106,7 +106,11 @@ def test_committed_results_hold_ratios_only_for_pairs_measured_together():
     for path in sorted((BENCH / "results").glob("*.json")):
         data = json.loads(path.read_text())
         ratios = list(_ratio_keys(data))
-        if path.name != "side_by_side.json":
+        if path.name == "step.json":  # fused over unfused step, both timed in each round of one process
+            for kind, per_round in data["ratio_per_round"].items():
+                cpu = data["cpu_seconds"][kind]
+                assert per_round == [old / new for old, new in zip(cpu["unfused"], cpu["fused"])]
+        elif path.name != "side_by_side.json":
             assert ratios == [], f"{path.name} holds ratios {ratios} without a side-by-side run"
     core = json.loads((BENCH / "results" / "core.json").read_text())
     for section in ("local_converge", "rank_grid"):
@@ -165,3 +169,25 @@ def test_the_committed_side_by_side_run_carries_date_machine_and_load():
         for r in records:
             assert r["seconds"] > 0 and len(r["load_before"]["load_average"]) == 3 and r["load_before"]["uptime"]
     assert data["summary"] == json.loads(json.dumps(sbs.summarize(data["rounds"])))
+
+
+# ------------------------------------------------------------------ the fused training step
+def test_step_benchmark_times_both_steps_on_identical_runs(tmp_path):
+    """benchmarks/step.py runs the fused and the unfused step alternately, refuses if their
+    trajectories differ, and writes CPU seconds with one ratio per round."""
+    import importlib.util
+    import json
+
+    sys.path.insert(0, str(BENCH))  # step imports its sibling machine_info
+    try:
+        spec = importlib.util.spec_from_file_location("step_benchmark", BENCH / "step.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out = tmp_path / "step.json"
+        result = module.main(["--steps", "3", "--rounds", "2", "--out", str(out)])
+    finally:
+        sys.path.remove(str(BENCH))
+    assert json.loads(out.read_text())["median_ratio"] == result["median_ratio"]
+    for kind in ("W", "KQ"):
+        assert len(result["ratio_per_round"][kind]) == 2
+        assert all(t > 0 for t in result["cpu_seconds"][kind]["fused"] + result["cpu_seconds"][kind]["unfused"])

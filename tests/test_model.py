@@ -434,3 +434,82 @@ def test_relu_head_stack_direction_is_exact_at_saturation():
 def test_relu_head_stack_rejects_bad_shapes():
     with pytest.raises(ValueError, match="X must be"):
         al.model.relu_head_stack(np.zeros((2, 3, 4)), np.zeros((2, 3)), np.zeros((2, 4, 4)), np.ones((2, 3)))
+
+
+def _unfused_step(prob, flat):
+    """The step as the trainers took it before the fusion: the two protocol calls."""
+    terms = prob.terms_from_flat(flat)
+    return (terms, *prob.scaled_grad_from(terms))
+
+
+def _fused_cases():
+    rng = np.random.default_rng(7)
+    selfattn = [al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(5)]
+    dense = [al.token_selection(rng.normal(size=(4, 5, 3)), rng.normal(size=(4, 5))) for _ in range(3)]
+    twins = rng.normal(size=(3, 4, 2))
+    twins[:, 1] = twins[:, 0]  # two equal tokens per sample: ties in log σ at every θ
+    tied = al.token_selection(twins, rng.normal(size=(3, 4)))
+    return [
+        ("self-attention stack", al.stack_problems(selfattn), (5,), True),
+        ("two batches of a stack", al.stack_problems(selfattn), (2, 5), True),
+        ("dense stack, exponential loss", al.stack_problems([_with_loss(p, "exponential") for p in dense]), (3,), True),
+        ("dense stack, linear loss", al.stack_problems([_with_loss(p, "linear") for p in dense]), (3,), True),
+        ("one dense problem", dense[0], (4,), True),
+        ("tied tokens", tied, (3,), True),
+        # one self-attention problem: its logits come transposed and the unfused sums then ran
+        # token by token instead of pairwise (numpy's order on a strided axis), so only rounding agrees
+        ("one self-attention problem", selfattn[0], (4,), False),
+    ]
+
+
+def _with_loss(prob, loss):
+    return al.token_selection(prob.A, prob.gamma, loss)
+
+
+@pytest.mark.parametrize("scale", [0.0, 1.0, 30.0, 400.0, 3000.0])
+def test_the_fused_step_gives_the_numbers_of_the_two_calls(scale):
+    """terms_and_scaled_grad (the trainers' fused step) against terms_from_flat + scaled_grad_from.
+
+    Scale 0 ties every token (the argmax fallback), 400 and 3000 saturate the softmax so that most
+    exponentials underflow (the guarded exp) and ‖∇L‖ is below the smallest float. Bit for bit where
+    the unfused path summed in numpy's pairwise order, else within 1e-12 relative (rounding)."""
+    rng = np.random.default_rng(int(scale) + 1)
+    for name, prob, lead, exact in _fused_cases():
+        flat = scale * rng.normal(size=lead + (prob.size,)) / np.sqrt(prob.size)
+        with np.errstate(all="ignore"):
+            old = _unfused_step(prob, flat)
+            new = al.model.terms_and_scaled_grad(prob, flat)
+        pairs = [(old[0].log_sigma, new[0].log_sigma), (old[0].log_delta, new[0].log_delta)]
+        pairs += [(old[0].output, new[0].output), (old[1], new[1]), (old[2], new[2])]
+        for a, b in pairs:
+            assert a.shape == b.shape, name
+            if exact:
+                np.testing.assert_array_equal(a, b, err_msg=name)
+            else:
+                np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * np.abs(a[np.isfinite(a)]).max(), err_msg=name)
+
+
+def test_the_fused_step_trains_the_same_trajectories():
+    """train and train_kq with the fused step against the unfused one (patched in): identical runs."""
+    stack = al.stack_problems([al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(4)])
+    K0, Q0 = al.optim.kq_init(4, 10, 10, seed=0)
+
+    def runs():
+        W = al.train(stack, np.zeros(stack.shape), 300, "ngd", 0.1, record_every=100, progress=False)
+        KQ = al.optim.train_kq(stack, K0, Q0, 300, "ngd", 0.1, normalize="separate", record_every=100)
+        return W.theta, W.log_gap, KQ.K, KQ.Q, KQ.log_grad_norm
+
+    fused = runs()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(al.optim, "terms_and_scaled_grad", _unfused_step)
+        unfused = runs()
+    for a, b in zip(fused, unfused):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_guarded_exp_is_numpy_exp():
+    x = np.concatenate([np.linspace(-760, -690, 70001), [0.0, -0.0, 1.0, 700.0, 710.0, -np.inf, np.inf, np.nan]])
+    np.random.default_rng(0).shuffle(x)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(al.model._exp(x), np.exp(x))
+        np.testing.assert_array_equal(al.model._exp(x[x > -700]), np.exp(x[x > -700]))  # the unguarded branch

@@ -15,13 +15,19 @@
 ``import attnlib`` works without Jupyter.
 """
 
-from . import performance, style, widgets
+import importlib
+
 from .checks import CHECK_MIME, STATUSES, Check, Checks, Control
 from .files import find_upwards
 from .params import boolean, check_parameter, integer, list_of, one_of, real, text, validate
 from .prose import glue_parameters
 from .timing import blas_threads, timed
-from .widgets import explorer, static_explorers
+
+# ``style``, ``widgets`` (and its ``explorer``, ``static_explorers``) and ``performance`` load on
+# first use (the module ``__getattr__`` below, PEP 562): they import matplotlib, which a page
+# imports anyway but a script or a sweep driver that only trains and checks does not need.
+_LAZY_MODULES = ("performance", "style", "widgets")
+_LAZY_NAMES = {"explorer": "widgets", "static_explorers": "widgets"}
 
 __all__ = [
     "performance",
@@ -47,6 +53,20 @@ __all__ = [
     "explorer",
     "static_explorers",
 ]
+
+
+def __getattr__(name: str):
+    """Load ``style``, ``widgets`` or ``performance`` (or a name of ``widgets``) on first access."""
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
+    if name in _LAZY_NAMES:
+        return getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_MODULES) | set(_LAZY_NAMES))
+
 
 # The mutation test's hook: with $ATTNLIB_MUTANT set (tests/test_mutations.py), plant that error now,
 # when a notebook's `import attnlib` reaches this package; without it, nothing happens.

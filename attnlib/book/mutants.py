@@ -3,9 +3,9 @@
 A *mutant* replaces one function or method of attnlib by a subtly wrong one: the SVM direction
 rotated by 1.5°, the SVM scaled by 1.15, the NGD step 3% longer, GD silently run as NGD, a
 locally-optimal selection dropped, the batched Frobenius or nuclear SVMs rotated by 1.5°, the
-(K, Q) trainer's Q-gradient halved, the decoder trained on labels shifted by one sample, the
-Polyak step without its division by ``‖∇L‖``. ``tests/test_mutations.py`` runs chapters with a
-mutant planted and asserts that their checks fail.
+(K, Q) chain rule's Q-gradient without the transpose of ``∇_W``, the decoder trained on labels
+shifted by one sample, the Polyak step without its division by ``‖∇L‖``.
+``tests/test_mutations.py`` runs chapters with a mutant planted and asserts that their checks fail.
 
 Chapters run in a Jupyter kernel, so the mutant is chosen by an environment variable that the
 kernel inherits: ``ATTNLIB_MUTANT=name python -m attnlib run notebooks/X.ipynb -o /tmp/x.ipynb``.
@@ -155,11 +155,15 @@ def _batch_rotated(name: str):
 
 
 def _kq_gradient() -> int:
+    # The chain rule of W = K Qᵀ with the transpose of ∇_W dropped in the Q-gradient: ∇_W K instead of
+    # ∇_Wᵀ K. The shapes agree whenever W is square (every (K, Q) chapter), so nothing raises; the product
+    # then moves along -(∇_W Q Qᵀ + K Kᵀ ∇_Wᵀ), not a descent direction of W. (The earlier mutant, the
+    # Q-gradient halved, is invisible under NGD with K and Q normalised separately: it only rescales.)
     original = _find("factor_grad")
 
     def factor_grad(grad_W, K, Q):
-        gK, gQ = original(grad_W, K, Q)
-        return gK, 0.5 * gQ
+        gK, _ = original(grad_W, K, Q)
+        return gK, np.asarray(grad_W, float) @ np.asarray(K, float)
 
     return _replace(original, factor_grad)
 
@@ -198,7 +202,7 @@ MUTANTS = {
     "nuclear_batch_rotated": (
         f"the batched nuclear W-SVMs rotated by {_ROTATION_DEGREES}°", _batch_rotated("nuclear_svm_batch")
     ),
-    "kq_gradient_halved": ("the (K, Q) trainer's Q-gradient halved", _kq_gradient),
+    "kq_gradient_untransposed": ("the (K, Q) chain rule's Q-gradient ∇_W K, its ∇_W not transposed", _kq_gradient),
     "decoder_labels_shifted": ("the decoder trained on labels shifted by one sample", _decoder_labels),
     "polyak_no_division": ("the Polyak step not divided by ‖∇L‖", _polyak),
 }  # fmt: skip

@@ -5,16 +5,10 @@ chapter's module), so a chapter reads its experiments in one file.
 A notebook reaches them as ``al.experiments.<chapter>`` (its import cell names it ``ex``).
 """
 
-from . import (
-    factorization,
-    fast_rates,
-    global_convergence,
-    joint_training,
-    local_convergence,
-    optimizer_geometry,
-    real_tokens,
-    regularization_path,
-)
+import importlib
+
+# Each chapter's module loads on first use (``al.experiments.<chapter>``, the module ``__getattr__``
+# below, PEP 562), so a page pays the imports of its own chapter only.
 
 __all__ = [
     "global_convergence",
@@ -26,3 +20,14 @@ __all__ = [
     "real_tokens",
     "factorization",
 ]
+
+
+def __getattr__(name: str):
+    """Import the chapter module ``name`` on first access."""
+    if name in __all__:
+        return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,7 +19,7 @@ from ..datasets import rank_instance
 from ..metrics import numerical_rank, rotate_toward
 from ..model import ProblemStack, self_attention
 from ..optim import check_schedule, kq_init, ngd_cross_attention, record_schedule, train, train_kq
-from ..svm import svm_constraints, svm_pair_batch
+from ..svm import nuclear_svm, svm_constraints, svm_pair_batch
 
 __all__ = [
     "OFFICIAL_RANK_GRID",
@@ -31,6 +31,9 @@ __all__ = [
     "angles_degrees",
     "rotate_each",
     "per_seed_resolution",
+    "feasibility_construction",
+    "rescaled_norm",
+    "independent_nuclear_norms",
     "PLANE_FAMILIES",
     "plane_instance",
     "PlanePaths",
@@ -82,6 +85,75 @@ def per_seed_resolution(passes, references, towards, max_degrees: float = 90.0, 
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if passes(rotate_each(references, towards, mid)) else (lo, mid)
     return hi
+
+
+def feasibility_construction(X, Z, select) -> np.ndarray:
+    """The feasible ``W`` of the page's proof that the W-SVM exists when ``d ≥ max(n, T − 1)``.
+
+    Each input's ``T − 1`` key differences ``a_it = x_iα_i − x_it`` are independent, so
+    ``b_i = A_i⁺ 1`` gives ``A_i b_i = 1``; the queries ``z_i`` are independent, so ``W = B (Z Zᵀ)⁻¹ Z``
+    (``B`` the columns ``b_i``) has ``W z_i = b_i``. Every margin ``a_itᵀ W z_i`` is then exactly 1, and
+    ``‖W_mm‖_F ≤ ‖W‖_F``: a certificate of feasibility with a bound on the SVM's norm [TFSVM].
+
+    Args: ``X`` (n, T, d), ``Z`` (n, d_z), ``select`` (n,). Returns ``W`` (d, d_z). Raises when the
+    data are not generic (dependent differences or queries: the proof does not apply).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.random_tokens(3, 4, 5, seed=0, queries="cross")
+    >>> X, Z = prob.factors
+    >>> W = feasibility_construction(X, Z, prob.opt)
+    >>> a, z = svm_constraints(X, Z, prob.opt)
+    >>> bool(np.allclose(np.einsum("kd,de,ke->k", a, W, z), 1.0))
+    True
+    """
+    X, Z = np.asarray(X, float), np.asarray(Z, float)
+    n, T, _ = X.shape
+    a, _ = svm_constraints(X, Z, select)
+    A = a.reshape(n, T - 1, -1)
+    if np.linalg.matrix_rank(Z) < n or min(np.linalg.matrix_rank(Ai) for Ai in A) < T - 1:
+        raise ValueError("feasibility_construction needs independent queries and key differences (generic data)")
+    B = np.stack([np.linalg.pinv(Ai) @ np.ones(T - 1) for Ai in A], axis=1)  # (d, n)
+    return B @ np.linalg.solve(Z @ Z.T, Z)
+
+
+def rescaled_norm(a, z, W, norm: str) -> np.ndarray:
+    """``‖W‖ / min_k a_kᵀ W z_k``: the norm (``"fro"`` or ``"nuc"``) of ``W`` rescaled to be exactly
+    feasible, an upper bound on the SVM's norm (inf when ``W`` separates nothing). Stacks: ``a`` (S, K, d),
+    ``z`` (S, K, d_z), ``W`` (S, d, d_z) -> (S,).
+
+    >>> import numpy as np
+    >>> e1 = np.array([[[1.0, 0.0]]])
+    >>> rescaled_norm(e1, e1, 0.5 * np.eye(2)[None], "nuc").tolist()  # margin 1/2, nuclear norm 1
+    [2.0]
+    """
+    a, z, W = (np.asarray(v, float) for v in (a, z, W))
+    v = np.einsum("skd,sde,ske->sk", a, W, z).min(axis=1)
+    sv = np.linalg.svd(W, compute_uv=False)
+    size = sv.sum(axis=1) if norm == "nuc" else np.sqrt(np.sum(sv**2, axis=1))
+    with np.errstate(divide="ignore"):
+        return np.where(v > 0, size / np.where(v > 0, v, 1.0), np.inf)
+
+
+def independent_nuclear_norms(instances) -> tuple[np.ndarray, np.ndarray]:
+    """The nuclear-SVM norms of ``instances`` (a list of ``(X, Z, select)``) by the independent solver
+    :func:`attnlib.svm.nuclear_svm` (Clarabel on the reduced SDP, not the batched interior point),
+    rescaled to exact feasibility, and their accuracy (relative gap plus violation): (S,), (S,).
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.random_tokens(3, 4, 5, seed=0, queries="cross")
+    >>> norms, accuracy = independent_nuclear_norms([(*prob.factors, prob.opt)])
+    >>> bool(accuracy[0] < 1e-7)
+    True
+    """
+    norms, accuracy = [], []
+    for X, Z, select in instances:
+        sol = nuclear_svm(X, Z, select)
+        if not sol.feasible:
+            raise ValueError(f"the independent nuclear SVM solve found the instance infeasible ({sol.status})")
+        a, z = svm_constraints(X, Z, select)
+        norms.append(rescaled_norm(a[None], z[None], sol.W[None], "nuc")[0])
+        accuracy.append(sol.gap + sol.violation)
+    return np.array(norms), np.array(accuracy)
 
 
 # ---------------------------------------------------------------------------------------- rank grid

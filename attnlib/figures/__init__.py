@@ -6,18 +6,10 @@ A notebook reaches them as ``al.figures.<chapter>`` (its import cell names it ``
 ``al.figures.common`` (``common``).
 """
 
-from . import (
-    common,
-    factorization,
-    fast_rates,
-    global_convergence,
-    joint_training,
-    local_convergence,
-    optimizer_geometry,
-    real_tokens,
-    regularization_path,
-    sweeps,
-)
+import importlib
+
+# Each chapter's module loads on first use (``al.figures.<chapter>``, the module ``__getattr__``
+# below, PEP 562), so a page pays the imports of its own chapter only.
 
 __all__ = [
     "common",
@@ -31,3 +23,14 @@ __all__ = [
     "factorization",
     "sweeps",
 ]
+
+
+def __getattr__(name: str):
+    """Import the chapter module ``name`` on first access."""
+    if name in __all__:
+        return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -180,3 +180,58 @@ def test_train_kq_grid_both_is_the_two_runs():
     np.testing.assert_allclose(both[1], w, rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match="factorised"):
         fx.train_kq_grid([(5, 4)], [2], range(1), steps=3, factorised="yes")
+
+
+def test_feasibility_construction_is_feasible_and_bounds_the_frobenius_svm():
+    from attnlib.experiments import factorization as ex
+
+    for n, T, d in [(5, 5, 5), (3, 8, 10), (10, 5, 10)]:
+        X, _, _, Z, opt = al.datasets.rank_instance(n, T, d, 0)
+        W = ex.feasibility_construction(X, Z, opt)
+        a, z = al.svm.svm_constraints(X, Z, opt)
+        assert np.allclose(np.einsum("kd,de,ke->k", a, W, z), 1.0)
+        fro = al.svm.frobenius_svm_batch(a[None], z[None]).W[0]
+        assert np.linalg.norm(fro) <= np.linalg.norm(W) * (1 + 1e-12)
+    X, _, _, Z, opt = al.datasets.rank_instance(5, 5, 3, 0)  # d < max(n, T - 1): the proof does not apply
+    with pytest.raises(ValueError, match="independent"):
+        ex.feasibility_construction(X, Z, opt)
+
+
+def test_rescaled_norm_is_scale_free_and_the_independent_solver_agrees_with_the_batch():
+    from attnlib.experiments import factorization as ex
+
+    X, _, _, Z, opt = al.datasets.rank_instance(5, 5, 10, 1)
+    a, z = al.svm.svm_constraints(X, Z, opt)
+    batch = al.svm.nuclear_svm_batch(a[None], z[None])
+    upper = ex.rescaled_norm(a[None], z[None], batch.W, "nuc")
+    assert np.allclose(ex.rescaled_norm(a[None], z[None], 3.0 * batch.W, "nuc"), upper)
+    norms, accuracy = ex.independent_nuclear_norms([(X, Z, opt)])
+    assert abs(upper[0] / norms[0] - 1) <= batch.gap[0] + accuracy[0]
+    # the Frobenius SVM, feasible but not of least nuclear norm, is longer in it
+    fro = al.svm.frobenius_svm_batch(a[None], z[None]).W
+    assert ex.rescaled_norm(a[None], z[None], fro, "nuc")[0] > norms[0] * (1 + 1e-3)
+    assert ex.rescaled_norm(a[None], z[None], -batch.W, "nuc")[0] == np.inf  # separates nothing
+
+
+def test_the_kq_mutant_drops_the_transpose_of_the_q_gradient():
+    """The planted (K, Q) error of attnlib.book.mutants: ∇_W K in place of ∇_Wᵀ K (in a fresh process)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import numpy as np, attnlib as al\n"
+        "from attnlib.book import mutants\n"
+        "rng = np.random.default_rng(0)\n"
+        "G, K, Q = rng.normal(size=(4, 4)), rng.normal(size=(4, 2)), rng.normal(size=(4, 2))\n"
+        "assert np.allclose(al.model.factor_grad(G, K, Q)[1], G.T @ K)\n"
+        "mutants.apply('kq_gradient_untransposed')\n"
+        "gK, gQ = al.model.factor_grad(G, K, Q)\n"
+        "assert np.allclose(gK, G @ Q) and np.allclose(gQ, G @ K) and not np.allclose(gQ, G.T @ K)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("ATTNLIB_MUTANT", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-800:]
