@@ -40,7 +40,7 @@ import numpy as np
 
 from ..basins import MOTION_TOL, BasinMap, basin_map, classify_motion, half_and_final_states, key_plane_grid
 from ..datasets import cone_starts, relu_head_instances, single_input
-from ..metrics import cosine, one_minus_cosine, orthogonal_offset, selection_mass
+from ..metrics import cosine, normalized_margin, one_minus_cosine, orthogonal_offset, selection_mass
 from ..model import ReluHeadStack, TokenSelectionProblem, relu_head_stack, token_selection
 from ..optim import check_schedule, train
 from ..paths import RegularizationPath, check_radii, direction_bound, local_regularization_path, selection_log_gap
@@ -53,6 +53,7 @@ __all__ = [
     "LocalPathCase",
     "local_path_case",
     "local_path_table",
+    "neighbour_scores",
     "MOTION_TOL",
     "BasinMap",
     "classify_motion",
@@ -62,6 +63,7 @@ __all__ = [
     "basin_table",
     "ConeRuns",
     "cone_runs",
+    "margin_rate",
     "SelectionAlignment",
     "selection_alignment",
     "KEY_JITTER",
@@ -299,6 +301,21 @@ class LocalPathCase:
     leave: float
 
 
+def neighbour_scores(prob: TokenSelectionProblem, solution) -> str:
+    """Where the SVM-neighbours of a feasible selection score against it: ``"all below"`` (locally optimal),
+    ``"all above"`` (the page predicts that its local path leaves the cone) or ``"mixed"`` (no prediction).
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> [neighbour_scores(prob, r.solution) for r in al.enumerate_selections(prob)]
+    ['all below', 'all below', 'all above']
+    """
+    g_sel = prob.gamma[np.arange(prob.n), np.asarray(solution.select)][:, None]
+    if np.all(~solution.neighbors | (g_sel > prob.gamma)):
+        return "all below"
+    return "all above" if np.all(~solution.neighbors | (prob.gamma > g_sel)) else "mixed"
+
+
 def local_path_case(
     prob: TokenSelectionProblem,
     solution,
@@ -325,9 +342,8 @@ def local_path_case(
     """
     sel = np.asarray(solution.select)
     theta_mm = np.asarray(solution.theta, float)
-    g_sel = prob.gamma[np.arange(prob.n), sel][:, None]
-    lo_ok = bool(np.all(~solution.neighbors | (g_sel > prob.gamma)))
-    all_higher = bool(np.all(~solution.neighbors | (prob.gamma > g_sel)))
+    side = neighbour_scores(prob, solution)
+    lo_ok, all_higher = side == "all below", side == "all above"
     beta = admissible_cone_angle(prob, sel, theta_mm) if lo_ok else 0.0
     resolved = False
     if beta > 0:
@@ -580,6 +596,35 @@ def cone_runs(
         mu=float(mu),
         radius=float(radius),
     )
+
+
+def margin_rate(prob: TokenSelectionProblem, select, theta, steps, start: int, lr: float, theta_mm) -> np.ndarray:
+    """Growth of the attention margin of ``select`` per NGD step, from record ``start`` to the last, in units
+    of ``lr/‖θ_mm(α)‖``: (B,).
+
+    The margin is ``g(θ) = min_{i, t≠α_i} ⟨θ, A_iα_i − A_it⟩`` (:func:`~attnlib.metrics.normalized_margin`
+    times ``‖θ‖``). An NGD step has length ``lr``; taken along ``θ_mm(α)/‖θ_mm(α)‖`` it raises ``g`` by
+    ``lr/‖θ_mm(α)‖``, the SVM's margin [FAST], so a run that converges in direction to ``θ_mm(α)`` grows
+    its margin at rate 1 in these units. The rate ties three things together: the step's length, the
+    SVM's norm and the run's direction (a step 3% longer reads 1.03, an SVM 15% too long 1.15).
+
+    Args: ``theta`` (R, B, *shape) recorded at ``steps`` (R,); ``start`` an index into ``steps``;
+    ``lr`` the NGD step; ``theta_mm`` the SVM solution of ``select``.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> sol = al.max_margin(prob, select=[1])
+    >>> run = al.train(prob, 20 * sol.theta[None], 200, "ngd", 0.1, record_steps=[0, 100, 200])
+    >>> rate = margin_rate(prob, [1], run.theta, run.steps, 1, 0.1, sol.theta)
+    >>> round(float(rate[0]), 4)  # 1 − 9e-6: token 1's pull still turns the steps a little at this norm
+    1.0
+    """
+    theta = np.asarray(theta, float)
+    steps = np.asarray(steps, float)
+    flat = theta.reshape(theta.shape[:2] + (-1,))
+    gap = normalized_margin(prob, theta, select) * np.linalg.norm(flat, axis=-1)  # (R, B)
+    unit = float(lr) / float(np.linalg.norm(np.ravel(theta_mm)))
+    return (gap[-1] - gap[start]) / (unit * (steps[-1] - steps[start]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -1033,12 +1078,16 @@ def svmeq_statistics(runs: SVMEqRuns) -> dict:
 
     The ratios are taken over the well-masked runs with a *mixture* (a sample selecting two tokens or
     more): without one, ``W_fin = 0`` and ``W_dir`` is the one-token SVM, so the three coincide.
+    ``positive_mixtures`` counts the label +1 inputs with an active head (``f > 0`` at the trained
+    attention) that select two tokens or more; ``dead_positive`` the label +1 inputs whose head is dead
+    there (every ReLU off: no gradient from their own loss), which the count leaves out.
     """
     well = runs.masked_max <= SVMEQ_WELL_MASKED
     mixed = well & (runs.selected.sum(-1) >= 2).any(-1)
     decided = well[:, None] & ~runs.region
     negative = decided & (runs.y < 0)
     final = {name: (v if v.ndim == 1 else v[:, -1])[mixed] for name, v in runs.one_minus_corr.items()}
+    alive = runs.head_value > 0  # (A, n): some ReLU of the head is on at the trained attention
 
     def geometric_ratio(top, bottom):  # geometric mean over the runs of the ratio of the final 1 − corr
         return float(np.exp(np.mean(np.log(final[top] / final[bottom])))) if mixed.any() else np.nan
@@ -1055,8 +1104,12 @@ def svmeq_statistics(runs: SVMEqRuns) -> dict:
         "agreement": float(head_agreement(runs)[decided].mean()) if decided.any() else np.nan,
         "agreement_off": float(head_agreement(runs, True)[decided].mean()) if decided.any() else np.nan,
         "negative_agreement": float(head_agreement(runs)[negative].mean()) if negative.any() else np.nan,
-        # label +1: a convex head has no stationary mixture, so every such input selects one token
-        "positive_mixtures": int((well[:, None] & (runs.y > 0) & (runs.selected.sum(-1) >= 2)).sum()),
+        # label +1: a convex head has no stationary mixture where it is active, so every such input selects one
+        # token. An input whose head is dead at the trained attention (f = 0: every ReLU off) gets no gradient
+        # from its own loss, which is flat there: the vertex argument does not reach it (left out, counted)
+        "positive_mixtures": int((well[:, None] & (runs.y > 0) & alive & (runs.selected.sum(-1) >= 2)).sum()),
+        "dead_positive": int((well[:, None] & (runs.y > 0) & ~alive).sum()),
+        "dead_positive_mixtures": int((well[:, None] & (runs.y > 0) & ~alive & (runs.selected.sum(-1) >= 2)).sum()),
         # the control: the same count on the label −1 inputs (concave head: mixtures can win)
         "negative_mixtures": int((well[:, None] & (runs.y < 0) & (runs.selected.sum(-1) >= 2)).sum()),
         "mixtures": int((runs.selected.sum(-1) >= 2)[well].sum()),

@@ -171,3 +171,24 @@ def test_svm_equivalence_runs_small():
     assert np.all(runs.one_minus_corr["svmeq"][:, -1] <= runs.one_minus_corr["mm"][:, -1] + 1e-12)
     stats = al.experiments.local_convergence.svmeq_statistics(runs)
     assert stats["agreement_off"] < al.experiments.local_convergence.SVMEQ_AGREEMENT
+    # label +1 inputs whose head is dead at the trained attention are counted apart from the vertex claim
+    alive = runs.head_value > 0
+    well = runs.masked_max <= al.experiments.local_convergence.SVMEQ_WELL_MASKED
+    assert stats["dead_positive"] == int((well[:, None] & (runs.y > 0) & ~alive).sum())
+    assert stats["dead_positive_mixtures"] <= stats["dead_positive"]
+
+
+def test_margin_rate_reads_the_step_length_and_the_svm_norm(fig1b):
+    """NGD along p_mm(α=2): the margin grows by lr/‖p_mm‖ per step; a step 3% longer than the one the rate is
+    read with reads 1.03, an SVM 15% too long 1.15, GD far below 1."""
+    prob, _ = fig1b
+    sol = al.max_margin(prob, select=[1])
+    rate = al.experiments.local_convergence.margin_rate
+    start = 40 * sol.theta[None]  # on the axis, far enough for token 1's pull to be negligible
+    ngd = al.train(prob, start, 400, "ngd", 0.1, record_steps=[0, 200, 400])
+    assert abs(rate(prob, [1], ngd.theta, ngd.steps, 1, 0.1, sol.theta)[0] - 1) < 1e-7
+    longer = al.train(prob, start, 400, "ngd", 0.103, record_steps=[0, 200, 400])
+    assert abs(rate(prob, [1], longer.theta, longer.steps, 1, 0.1, sol.theta)[0] - 1.03) < 1e-7
+    assert abs(rate(prob, [1], ngd.theta, ngd.steps, 1, 0.1, 1.15 * sol.theta)[0] - 1.15) < 1e-7
+    gd = al.train(prob, start, 400, "gd", 1.0, record_steps=[0, 200, 400])
+    assert rate(prob, [1], gd.theta, gd.steps, 1, 0.1, sol.theta)[0] < 1e-3
