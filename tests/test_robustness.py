@@ -69,6 +69,14 @@ def test_rows_carry_controls_and_the_page_lists_seed_independent_checks():
         checks.at_most("moves", 0.1 * seed, 1.0, why="w", controls={"the other SVM": 2.0})
         checks.at_least("fixed", 0.9, 0.5, why="w", controls={"a wrong direction": 0.1 + 0.5 * (seed == 2)})
         checks.at_least("declared", 1.0, 0.5, why="w", controls={"x": 0.0}, seed_independent="the paper's instance")
+        checks.at_least(
+            "outside",
+            0.9 + seed / 100,
+            0.5,
+            why="w",
+            controls={"x": 0.8},
+            not_applicable="a tie" if seed == 1 else None,
+        )
         return {"status": "ok", "checks": [asdict(c) for c in checks.records]}
 
     rows = [row for seed in (1, 2) for row in robustness._rows_of_point("x", seed, summary(seed))]
@@ -76,6 +84,8 @@ def test_rows_carry_controls_and_the_page_lists_seed_independent_checks():
     assert robustness.controls_of(rows[0]) == [("the other SVM", 2.0, "failed")]
     assert (rates["fixed"]["with_controls"], rates["fixed"]["control_passed"]) == (2, 1)  # seed 2: 0.6 >= 0.5
     assert rates["fixed"]["controls"] == {"a wrong direction": [0.1, 0.6]}
+    # a control that passes where the check is not applicable (seed 1) says nothing about its power
+    assert (rates["outside"]["with_controls"], rates["outside"]["control_passed"]) == (2, 1)
     assert robustness.chapter_outcomes(rows)["failed_seeds"] == [2]  # a passed control is a failed check
     constant = {e["check"]: e for e in robustness.seed_independent(rows)}
     assert set(constant) == {"fixed", "declared"}

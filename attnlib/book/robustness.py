@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from .checks import FAILED, STATUSES, status_of
+from .checks import FAILED, NOT_APPLICABLE, STATUSES, status_of
 from .files import log as _log
 from .files import write_atomically, write_json_atomically
 from .run import EXIT_USAGE, UsageError, notebook_parameters
@@ -141,7 +141,8 @@ def controls_of(row: dict) -> list[tuple[str, object, str]]:
 
 def check_rates(rows: list[dict]) -> list[dict]:
     """Per check, in order of first appearance: how many seeds passed, failed, were not applicable; on how
-    many seeds it had controls and on how many a control passed (a wrong answer the check could not tell);
+    many seeds it had controls and on how many a control passed where the check applied (a wrong answer the
+    check could not tell);
     its kind (check or certificate); the range of its controls' values per planted error."""
     table: dict[str, dict] = {}
     for row in rows:
@@ -162,7 +163,10 @@ def check_rates(rows: list[dict]) -> list[dict]:
             entry["reasons"].add(row["reason"])
         controls = controls_of(row)
         entry["with_controls"] += bool(controls)
-        entry["control_passed"] += any(status == "passed" for _, _, status in controls)
+        # On a seed where the check is not applicable its controls are judged against a bound that does not
+        # hold there: a control that "passes" then tells nothing about the check's power.
+        applicable = row["status"] != NOT_APPLICABLE
+        entry["control_passed"] += applicable and any(status == "passed" for _, _, status in controls)
         for planted, value, _ in controls:
             entry["controls"].setdefault(planted, []).append(value)
     return list(table.values())
