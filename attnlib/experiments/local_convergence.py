@@ -40,9 +40,10 @@ import numpy as np
 
 from ..basins import MOTION_TOL, BasinMap, basin_map, classify_motion, half_and_final_states, key_plane_grid
 from ..datasets import cone_starts, relu_head_instances, single_input
+from ..flow import gradient_flow, sampled_smoothness, smoothness_bound
 from ..metrics import cosine, normalized_margin, one_minus_cosine, orthogonal_offset, selection_mass
 from ..model import ReluHeadStack, TokenSelectionProblem, relu_head_stack, token_selection
-from ..optim import check_schedule, train
+from ..optim import check_schedule, train, train_together
 from ..paths import RegularizationPath, check_radii, direction_bound, local_regularization_path, selection_log_gap
 from ..svm import InfeasibleError, SelectionReport, frobenius_svm_batch, max_margin, svm_equivalence
 
@@ -73,6 +74,8 @@ __all__ = [
     "locally_optimal_within",
     "perturbed_single_input",
     "svm_or_none",
+    "StepSizeBasins",
+    "step_size_basins",
     "tie_direction",
     "SVMEQ_SELECTED",
     "SVMEQ_MASKED",
@@ -811,6 +814,97 @@ def svm_or_none(prob, select):
 #: when at most SVMEQ_MASKED; a run with a softmax entry between the two, or without a masked token,
 #: is discarded (``multi_token_converge``).
 SVMEQ_SELECTED, SVMEQ_MASKED = 1e-3, 1e-6
+
+
+@dataclass(frozen=True, eq=False)
+class StepSizeBasins:
+    """GD at ``η = c/L`` for several ``c``, NGD and gradient flow from the same starts, each read out by the flow.
+
+    Attributes:
+        products: (C,) the ``c = η·L``; ``L`` the computed smoothness bound (:func:`attnlib.flow.smoothness_bound`).
+        loss: (C, K + 1, B) GD's loss at every step.
+        monotone: (C,) whether every run's loss never rises (a rise: more than 1e-12 relative, as in chapter 1).
+        path_curvature: (C,) the largest sampled ``‖∇²L‖₂`` over every GD iterate of that ``c``
+            (:func:`attnlib.flow.sampled_smoothness`): the curvature the steps actually met.
+        gd, ngd, flow: (C, B, n), (B, n), (B, n) the selection (token index per input) each start
+            ends on, after its own steps and then gradient flow to ``t_max`` (the flow's own run for
+            ``flow``): the basin the method has sent the start to.
+        gd_unread: (C, B, n) the selection at GD's last step, without the read-out (a finite
+            step's selection, which a slow run has not yet decided).
+    """
+
+    products: np.ndarray
+    L: float
+    steps: int
+    loss: np.ndarray
+    monotone: np.ndarray
+    path_curvature: np.ndarray
+    gd: np.ndarray
+    ngd: np.ndarray
+    flow: np.ndarray
+    gd_unread: np.ndarray
+
+    def disagreements(self, labels) -> int:
+        """How many starts end in another basin than gradient flow's (``labels`` (B, n))."""
+        return int(np.sum(np.any(np.asarray(labels) != self.flow, axis=-1)))
+
+
+def step_size_basins(
+    prob: TokenSelectionProblem,
+    starts,
+    products,
+    steps: int,
+    ngd_lr: float,
+    ngd_steps: int,
+    t_max: float = 1e15,
+    rtol: float = 1e-6,
+) -> StepSizeBasins:
+    """The step-size experiment of chapter 3: which basin GD at ``η·L = c`` sends each start to.
+
+    All GD runs (one per ``c``) and the NGD run are one batch of :func:`attnlib.optim.train_together`;
+    their end points and the starts themselves are then one gradient-flow batch to ``t = t_max``
+    (log time, :func:`attnlib.flow.gradient_flow`), which reads out the basin: the selection at
+    ``t_max``. Gradient flow is GD's small-step limit, so for ``c`` small GD's read-out must match the
+    flow's own; a large step can move a start across the basin boundary. Chapter 1's
+    :func:`attnlib.experiments.global_convergence.step_size_sweep` is the same experiment on its
+    trap, against the flow at equal time.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> r = step_size_basins(prob, al.datasets.SINGLE_INPUT_INITS, [0.1, 100.0], 400, 0.5, 100)
+    >>> r.flow[:, 0].tolist(), r.disagreements(r.gd[0]), r.disagreements(r.gd[1]) > 0
+    ([0, 0, 0, 0, 1, 1], 0, True)
+    """
+    products = np.asarray(products, float)
+    if products.ndim != 1 or products.size < 1 or not np.all(products > 0):
+        raise ValueError(f"products must be a non-empty list of positive η·L, got {products!r}")
+    check_schedule(steps, 1.0, 1)
+    check_schedule(ngd_steps, ngd_lr, 1)
+    starts = np.asarray(starts, float)
+    L = float(smoothness_bound(prob))
+    every_step = np.arange(steps + 1)
+    runs = train_together(
+        prob, [("gd", starts, c / L, every_step) for c in products] + [("ngd", starts, ngd_lr, [0, ngd_steps])]
+    )
+    ends = np.concatenate([r.final for r in runs] + [starts])
+    readout = gradient_flow(prob, ends, times=np.array([0.0, t_max]), rtol=rtol, atol=rtol)
+    labels = prob.selection(readout.theta[-1]).reshape((len(runs) + 1, starts.shape[0], prob.n))
+    gd_loss = np.stack([r.loss for r in runs[:-1]])  # (C, K + 1, B)
+    with np.errstate(invalid="ignore"):
+        rises = np.diff(gd_loss, axis=1) > 1e-12 * np.abs(gd_loss[:, :-1])
+    curvature = np.array([sampled_smoothness(prob, r.theta).max() for r in runs[:-1]])
+    return StepSizeBasins(
+        products=products,
+        L=L,
+        steps=int(steps),
+        loss=gd_loss,
+        monotone=~rises.any(axis=(1, 2)),
+        path_curvature=curvature,
+        gd=labels[:-2],
+        ngd=labels[-2],
+        flow=labels[-1],
+        gd_unread=prob.selection(np.stack([r.final for r in runs[:-1]])),
+    )
 
 
 def _unit_rows(M: np.ndarray) -> np.ndarray:

@@ -7,12 +7,16 @@ chapters draw is :mod:`attnlib.figures.common`.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import ListedColormap
 
 from ..basins import MOTION_TOL, basin_map, key_plane_grid
 from ..datasets import single_input
 from ..model import TokenSelectionProblem, stack_problems
 from ..optim import train
 from .common import BASIN_COLORS, COLORS, basin_image, basin_maps_panels, direction, paths, tokens
+
+plt_colormap = colormaps["viridis"]  # one colour per step size, dark (small) to light (large)
 
 __all__ = [
     "ScoreBasinExplorer",
@@ -26,6 +30,7 @@ __all__ = [
     "local_path_curves",
     "SVMEQ_COLORS",
     "svm_equivalence_panels",
+    "step_size_panels",
 ]
 
 
@@ -299,4 +304,34 @@ def svm_equivalence_panels(axes, runs, well_masked: float, mixture=None):
             title=f"(c) {label}",
         )
         axes[2].legend()
+    return axes
+
+
+def step_size_panels(axes, result, start_labels, global_select: int = 0):
+    """The step-size experiment (a :class:`attnlib.experiments.local_convergence.StepSizeBasins`).
+
+    ``axes[0]``: GD's loss, averaged over the starts, against the step (from 1), one line per ``η·L``;
+    ``axes[1]``: the basin each start ends in (columns, named by ``start_labels``) per method
+    (rows: gradient flow, GD at each ``η·L``, NGD), red the global direction (first input's
+    token ``global_select``), blue another; the number is the token (from 1).
+    """
+    steps = np.arange(1, result.loss.shape[1])  # from step 1: the log axis has no step 0
+    shades = plt_colormap(np.linspace(0.0, 0.85, result.products.size))
+    for c, loss, shade in zip(result.products, result.loss, shades):
+        axes[0].plot(steps, loss[1:].mean(axis=-1), color=shade, label=f"ηL = {c:g}")
+    axes[0].set(xscale="log", xlabel="GD step", ylabel="loss (mean over the starts)")
+    axes[0].set_title("(a) GD's loss at each step size")
+    axes[0].legend(loc="best")
+    rows = [result.flow] + list(result.gd) + [result.ngd]
+    names = ["gradient flow"] + [f"GD, ηL = {c:g}" for c in result.products] + ["NGD"]
+    token = np.stack([r[:, 0] for r in rows])  # (methods, B): the first input's token
+    cmap = ListedColormap([BASIN_COLORS["global"], BASIN_COLORS["local"]])
+    axes[1].imshow((token != global_select).astype(float), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    for (i, j), t in np.ndenumerate(token):
+        axes[1].text(j, i, str(t + 1), ha="center", va="center", fontsize=11)
+    axes[1].set_xticks(range(token.shape[1]), list(start_labels))
+    axes[1].set_yticks(range(len(names)), names)
+    axes[1].set(xlabel="start: second coordinate of p(0)")
+    axes[1].grid(False)
+    axes[1].set_title("(b) the token each start ends on")
     return axes

@@ -192,3 +192,21 @@ def test_margin_rate_reads_the_step_length_and_the_svm_norm(fig1b):
     assert abs(rate(prob, [1], ngd.theta, ngd.steps, 1, 0.1, 1.15 * sol.theta)[0] - 1.15) < 1e-7
     gd = al.train(prob, start, 400, "gd", 1.0, record_steps=[0, 200, 400])
     assert rate(prob, [1], gd.theta, gd.steps, 1, 0.1, sol.theta)[0] < 1e-3
+
+
+def test_step_size_basins_small_steps_follow_the_flow_large_ones_move(fig1b):
+    prob, _ = fig1b
+    ex = al.experiments.local_convergence
+    starts = al.datasets.SINGLE_INPUT_INITS
+    r = ex.step_size_basins(prob, starts, [0.1, 1.0, 100.0], 400, 0.5, 100)
+    assert r.L == pytest.approx(al.flow.smoothness_bound(prob))
+    assert r.gd.shape == (3, 6, 1) and r.ngd.shape == r.flow.shape == (6, 1) and r.loss.shape == (3, 401, 6)
+    # the reference: gradient flow from the starts, the same basins as NGD's Fig. 1(b)
+    assert r.flow[:, 0].tolist() == [0, 0, 0, 0, 1, 1]
+    assert [r.disagreements(g) for g in r.gd[:2]] == [0, 0]
+    assert r.disagreements(r.gd[2]) > 0  # a step 100x above 1/L moves a start across the boundary
+    # the curvature these paths meet is far below the global bound, and the loss never rises here
+    assert np.all(r.path_curvature < r.L) and np.all(r.path_curvature > 0)
+    assert r.monotone.all()
+    with pytest.raises(ValueError, match="products"):
+        ex.step_size_basins(prob, starts, [0.0, 1.0], 10, 0.5, 10)

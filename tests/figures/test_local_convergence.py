@@ -103,3 +103,15 @@ def test_svm_equivalence_panels_draw_three_references_and_the_scatter():
     assert len(axes[0].lines) >= 3  # W^SVMeq, W_mm and the one-token SVM for d = 4
     assert axes[1].collections and axes[1].get_xscale() == "log"
     assert axes[2].lines and "mixture" in axes[2].get_title()
+
+
+def test_step_size_panels_draw_one_loss_curve_per_step_and_one_row_per_method():
+    prob = al.datasets.single_input(local=True)
+    r = al.experiments.local_convergence.step_size_basins(
+        prob, al.datasets.SINGLE_INPUT_INITS, [0.1, 100.0], 50, 0.5, 20
+    )
+    fig, axes = plt.subplots(1, 2)
+    al.figures.local_convergence.step_size_panels(axes, r, [str(k) for k in range(6)], global_select=0)
+    assert len(axes[0].lines) == 2
+    assert [t.get_text() for t in axes[1].get_yticklabels()] == ["gradient flow", "GD, ηL = 0.1", "GD, ηL = 100", "NGD"]
+    assert len(axes[1].texts) == 4 * 6 and all(t.get_fontsize() >= 11 for t in axes[1].texts)
