@@ -21,11 +21,10 @@ rule fixed before the evaluation tables existed).
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from scipy import stats
 
 from .checks import FAILED, NOT_APPLICABLE
 from .robustness import controls_of
@@ -190,7 +189,24 @@ def passes_less_often(calibration: dict, evaluation: dict, level: float = 0.05) 
     table = [[calibration["passed"], calibration[FAILED]], [evaluation["passed"], evaluation[FAILED]]]
     if min(sum(table[0]), sum(table[1])) == 0 or table[1][0] * sum(table[0]) >= table[0][0] * sum(table[1]):
         return ""
-    return "markedly less often" if stats.fisher_exact(table, alternative="greater")[1] < level else "less often"
+    return "markedly less often" if _fisher_greater(table) < level else "less often"
+
+
+def _fisher_greater(table) -> float:
+    """One-sided p-value of Fisher's exact test that row 1's first-column odds exceed row 2's: the
+    hypergeometric probability of at least ``table[0][0]`` in the first cell, the margins fixed (the same
+    as ``scipy.stats.fisher_exact(table, alternative="greater")``, without importing scipy on the page).
+
+    >>> round(_fisher_greater([[40, 0], [80, 20]]), 6)
+    0.000648
+    """
+    (a, b), (c, d) = table
+    first_row, first_column, total = a + b, a + c, a + b + c + d
+    tail = sum(
+        math.comb(first_column, k) * math.comb(total - first_column, first_row - k)
+        for k in range(a, min(first_row, first_column) + 1)
+    )
+    return tail / math.comb(total, first_row)
 
 
 def threshold_rows(root: str | os.PathLike, calibration_tables: dict, evaluation_tables: dict) -> list[dict]:
