@@ -32,6 +32,7 @@ from .run import notebook_parameters
 
 __all__ = [
     "CALIBRATION_DIR",
+    "LESS_OFTEN_LEVEL",
     "THRESHOLDS",
     "Threshold",
     "check_pass_rate",
@@ -42,6 +43,7 @@ __all__ = [
 
 CALIBRATION_DIR = Path("book/robustness/calibration")
 FIRST_SWEEP = "the first robustness sweep, seeds 2000-2019"
+LESS_OFTEN_LEVEL = 0.05  # level of the test that marks a drop on the evaluation range as beyond chance
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ def check_pass_rate(rows: list[dict], checks) -> dict:
     return rate
 
 
-def passes_less_often(calibration: dict, evaluation: dict, level: float = 0.05) -> str:
+def passes_less_often(calibration: dict, evaluation: dict, level: float = LESS_OFTEN_LEVEL) -> str:
     """How the pass share of the applicable rows on the evaluation range compares with the calibration
     range: ``""`` (not lower), ``"less often"`` (lower), ``"markedly less often"`` (lower, and a one-sided
     Fisher exact test on the (passed, failed) counts rejects equal rates at ``level``). With few
