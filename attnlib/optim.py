@@ -591,7 +591,8 @@ def train(
     start = time.perf_counter()
 
     def observe(recording):
-        terms, log_scale, g = terms_and_scaled_grad(prob, flat)
+        # log δ (for log(L − L*)) only where it is read: the recorded steps and rules that need the loss
+        terms, log_scale, g = terms_and_scaled_grad(prob, flat, log_delta=recording or rule.needs_loss)
         g_norm = np.sqrt((g * g).sum(axis=-1))  # = np.linalg.norm(g, axis=-1); g is of order one
         return terms, log_scale, g, g_norm, log_scale + np.log(g_norm)
 
@@ -1239,12 +1240,13 @@ def train_kq(
 
     def observe(recording):
         W = K @ np.ascontiguousarray(np.swapaxes(Q, 1, 2))  # a contiguous Qᵀ: BLAS, the same product
-        terms, log_scale, gW = terms_and_scaled_grad(prob, W.reshape(B, -1))  # the AttentionProblem protocol
+        need_gap = recording or rule.needs_loss  # log δ only where log(L − L*) is read
+        terms, log_scale, gW = terms_and_scaled_grad(prob, W.reshape(B, -1), log_delta=need_gap)
         gW = gW.reshape((B,) + prob.shape)
         gK, gQ = factor_grad(gW, K, Q)  # ∇_{K,Q} L = exp(log_scale) · (gK, gQ)
         nK, nQ = np.sqrt((gK * gK).sum(axis=(1, 2))), np.sqrt((gQ * gQ).sum(axis=(1, 2)))
         g_norm = np.sqrt(nK**2 + nQ**2)
-        log_gap = prob.log_gap_from(terms) if (recording or rule.needs_loss) else None
+        log_gap = prob.log_gap_from(terms) if need_gap else None
         return terms, log_scale, gK, gQ, nK, nQ, g_norm, log_scale + np.log(g_norm), log_gap
 
     def write(r, seen):
