@@ -500,25 +500,30 @@ def test_the_fused_step_gives_the_numbers_of_the_two_calls(scale):
 
 
 def test_the_fused_step_trains_the_trajectories_of_the_two_calls():
-    """train and train_kq with the fused step against the unfused one (patched in), both
-    normalisations of (K, Q): the same runs up to rounding (1e-9 relative after 300 steps)."""
+    """train and train_kq with the fused step against the unfused one (patched in): the same runs
+    up to rounding. NGD on (K, Q) amplifies rounding (with the previous step too, a 1-ulp change of
+    K0 moves some members' W by 1e-3 within 400 steps: benchmarks/step.py), so (K, Q) is compared
+    to 1e-9 over 100 steps, where the growth has not started, and by its selections at step 300."""
     stack = al.stack_problems([al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(4)])
     K0, Q0 = al.optim.kq_init(4, 10, 10, seed=0)
 
     def runs():
         W = al.train(stack, np.zeros(stack.shape), 300, "ngd", 0.1, record_every=100, progress=False)
-        out = [W.theta, W.log_gap, W.loss]
+        close, selections = [W.theta, W.log_gap, W.loss], [stack.selection(W.final)]
         for normalize in ("separate", "joint"):
-            KQ = al.optim.train_kq(stack, K0, Q0, 300, "ngd", 0.1, normalize=normalize, record_every=100)
-            out += [KQ.K, KQ.Q, KQ.log_grad_norm, KQ.log_gap]
-        return out
+            KQ = al.optim.train_kq(stack, K0, Q0, 300, "ngd", 0.1, normalize=normalize, record_steps=[0, 50, 100, 300])
+            close += [KQ.K[:3], KQ.Q[:3], KQ.log_grad_norm[:3], KQ.log_gap[:3], KQ.loss[:3]]
+            selections.append(stack.selection(KQ.final))
+        return close, selections
 
     fused = runs()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(al.optim, "terms_and_scaled_grad", lambda prob, flat, log_delta=True: _unfused_step(prob, flat))
         unfused = runs()
-    for a, b in zip(fused, unfused):
+    for a, b in zip(fused[0], unfused[0]):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())
+    for a, b in zip(fused[1], unfused[1]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_guarded_exp_is_numpy_exp():
