@@ -408,8 +408,8 @@ def _fused_step(
     (``tests/test_model.py`` compares them to 1e-12 relative):
 
     - the softmax's and the weights' exponentials flush results below 1e−304 of their largest
-      (which is 1) to 0 (:func:`_exp_flushed`);
-
+      (which is 1) to 0 (:func:`_exp_flushed`), and the sums over tokens add them one token
+      after the other (``ndarray.sum`` over the leading axis, one call), not pairwise;
     - ``σ = exp(shifted) / Σ_t exp(shifted)`` reuses the softmax's exponentials (one exp pass less);
     - the output comes from the cancellation-free sum the weights need anyway,
       ``u_i = γ_ir − Σ_τ σ_iτ (γ_ir − γ_iτ)``, instead of ``γ_i,opt − δ_i``;
@@ -424,7 +424,7 @@ def _fused_step(
     T, B, n = logits.shape
     shifted = logits - logits.max(axis=0)
     exp_shifted = _exp_flushed(shifted)
-    norm = _token_sum(exp_shifted)
+    norm = exp_shifted.sum(axis=0)
     log_norm = np.log(norm)
     log_sigma = shifted - log_norm
     log_delta_i = None
@@ -432,7 +432,7 @@ def _fused_step(
         a = log_sigma + log_score_gap
         top = a.max(axis=0)
         top = np.where(np.isfinite(top), top, 0.0)
-        log_delta_i = np.log(_token_sum(_exp(a - top))) + top
+        log_delta_i = np.log(_exp(a - top).sum(axis=0)) + top
     # The reference token r_i, np.argmax's choice (the first maximum of log σ_i). max_t log σ_it is
     # exactly 0 − log Σ_t exp(shifted): the maximum of the shifted logits is 0.
     ref = np.flatnonzero(log_sigma == -log_norm)  # flat indices t·(B·n) + sample, one per sample unless tied
@@ -443,18 +443,19 @@ def _fused_step(
     gamma_ref[sample] = gamma.reshape(-1)[ref]
     gamma_ref = gamma_ref.reshape(B, n)
     ref_gap = gamma_ref - gamma  # γ_ir − γ_it
-    ref_minus_output = _token_sum((exp_shifted / norm) * ref_gap)  # γ_ir − u_i = Σ_τ σ_iτ (γ_ir − γ_iτ)
+    ref_minus_output = (exp_shifted * ref_gap).sum(axis=0) / norm  # γ_ir − u_i = Σ_τ σ_iτ (γ_ir − γ_iτ)
     output = gamma_ref - ref_minus_output
     # u_i − γ_it (= −(γ_it − u_i) exactly: IEEE subtraction is antisymmetric), cancellation-free
     neg_diff = ref_gap - ref_minus_output
-    log_abs = (np.log(-loss.derivative(output)) - np.log(n)) + log_sigma
-    log_abs += np.log(np.abs(neg_diff))
+    log_abs = np.log(np.abs(neg_diff))  # log |w_it| = log|u_i − γ_it| + log(−ℓ'(u_i)/n) + log σ_it
+    log_abs += np.log(-loss.derivative(output)) - np.log(n)
+    log_abs += log_sigma
     log_abs.reshape(-1)[ref] = -np.inf
     m = log_abs.max(axis=0).max(axis=-1)
     finite_m = np.where(np.isfinite(m), m, 0.0)
     log_abs -= np.repeat(finite_m, n).reshape(B, n)
     w_scaled = np.copysign(_exp_flushed(log_abs), neg_diff)  # −sign(γ_it − u_i)·exp(…); 0 where exp(…) < 1e−304
-    w_scaled.reshape(-1)[ref] = -_token_sum(w_scaled).reshape(-1)[sample]
+    w_scaled.reshape(-1)[ref] = -w_scaled.sum(axis=0).reshape(-1)[sample]
     return log_sigma, log_delta_i, output, m, w_scaled
 
 
