@@ -1236,6 +1236,7 @@ def train_kq(
     out_K, out_Q = np.empty((R,) + K.shape), np.empty((R,) + Q.shape)
     out_loss, out_gap, out_gn, out_sec = np.empty((R, B)), np.empty((R, B)), np.empty((R, B)), np.empty(R)
     start = time.perf_counter()
+
     def step_per_norm(lr, norm):  # lr/‖g‖ (0 where g = 0) as a (B, 1, 1) factor
         return np.where(norm > 0, lr / np.where(norm > 0, norm, 1.0), 0.0)[:, None, None]
 
