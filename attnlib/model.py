@@ -359,36 +359,6 @@ def _exp_flushed(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _token_sum(x: np.ndarray) -> np.ndarray:
-    """``x.sum(axis=0)`` over a leading token axis, adding the same numbers in the same order as
-    :func:`_sum_keepdims` over a last one (numpy's pairwise order), so the two layouts agree bit for bit.
-
-    With the tokens first, each addition is one vectorised call over every sample at once.
-
-    >>> x = np.random.default_rng(0).normal(size=(11, 4, 3))
-    >>> bool(np.array_equal(_token_sum(x), _sum_keepdims(np.moveaxis(x, 0, -1).copy())[..., 0]))
-    True
-    """
-    T = x.shape[0]
-    if not 0 < T <= 128:
-        return np.ascontiguousarray(np.moveaxis(x, 0, -1)).sum(axis=-1)
-    if T < 8:
-        total = x[0]
-        for t in range(1, T):
-            total = total + x[t]
-        return total
-    full = T - T % 8
-    r = x[:8]
-    for start in range(8, full, 8):
-        r = r + x[start : start + 8]
-    r = r[0::2] + r[1::2]
-    r = r[0::2] + r[1::2]
-    total = r[0] + r[1]
-    for t in range(full, T):
-        total = total + x[t]
-    return total
-
-
 def _fused_step(
     logits: np.ndarray,
     gamma: np.ndarray,
@@ -400,9 +370,9 @@ def _fused_step(
     """Log-softmax, outputs and gradient weights in one pass, tokens first: the training step's core.
 
     The formulas of :func:`log_softmax`, :func:`_deficit_terms` and :func:`_scaled_weights` on
-    arrays laid out ``(T, B, n)`` instead of ``(B, n, T)``: a reduction over tokens is then ``T``
-    vectorised calls over all ``B·n`` samples, and a per-sample quantity (B, n) broadcasts along
-    whole rows, where over a short last axis numpy loops sample by sample. The reference token
+    arrays laid out ``(T, B, n)`` instead of ``(B, n, T)``: a reduction over tokens is then one
+    vectorised pass over all ``B·n`` samples per token, and a per-sample quantity (B, n)
+    broadcasts along whole rows, where over a short last axis numpy loops sample by sample. The reference token
     ``r_i`` is addressed by index, not by masks, and the exponentials avoid numpy's slow
     underflow path (:func:`_exp`). Four shortcuts, equal to the separate formulas up to rounding
     (``tests/test_model.py`` compares them to 1e-12 relative):
