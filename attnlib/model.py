@@ -423,7 +423,7 @@ def _fused_step(
     log_abs.reshape(-1)[ref] = -np.inf
     m = log_abs.max(axis=0).max(axis=-1)
     finite_m = np.where(np.isfinite(m), m, 0.0)
-    log_abs -= np.repeat(finite_m, n).reshape(B, n)
+    log_abs -= finite_m[:, None]  # (B, 1) along every token and sample
     w_scaled = np.copysign(_exp_flushed(log_abs), neg_diff)  # −sign(γ_it − u_i)·exp(…); 0 where exp(…) < 1e−304
     w_scaled.reshape(-1)[ref] = -w_scaled.sum(axis=0).reshape(-1)[sample]
     return log_sigma, log_delta_i, output, m, w_scaled
