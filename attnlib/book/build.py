@@ -315,7 +315,9 @@ def _execute_one(root: Path, notebook: Path, digest: str) -> ExecutionResult:
     # The stamp goes first and comes back last: an interrupted or failed run leaves no valid stamp.
     stamp.unlink(missing_ok=True)
     _log(f"[execute] {notebook} ...")
-    summary = execute_notebook(root / notebook, executed, failed_output=failed, name=notebook.as_posix())
+    summary = execute_notebook(
+        root / notebook, executed, failed_output=failed, name=notebook.as_posix(), warm_kernel=True
+    )
     if summary["status"] == "ok":
         failed.unlink(missing_ok=True)
         summary_path(failed).unlink(missing_ok=True)

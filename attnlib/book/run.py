@@ -517,64 +517,6 @@ def _kernel_config():
     return Config({"KernelManager": {"transport_encryption": "auto"}} if zmq.has("curve") else {})
 
 
-PROGRESS_ENGINE = "attnlib-progress"
-
-
-def _first_line(source: str) -> str:
-    line = next((text.strip() for text in source.splitlines() if text.strip() and not text.startswith("#")), "")
-    return line if len(line) <= 60 else line[:57] + "..."
-
-
-def _register_progress_engine() -> None:
-    """papermill's nbclient engine, plus one line on stderr as each code cell finishes.
-
-    papermill's own progress bar redraws one line (a tqdm bar); a rerun of a 10-minute chapter is
-    easier to follow, and to log, as a line per cell: its number, its first line and its duration.
-    papermill is imported here, lazily (attnlib imports without Jupyter).
-    """
-    from papermill.engines import NBClientEngine, NotebookExecutionManager, papermill_engines
-
-    if PROGRESS_ENGINE in papermill_engines._engines:
-        return
-
-    class ProgressManager(NotebookExecutionManager):
-        def cell_complete(self, cell, cell_index=None, **kwargs):
-            super().cell_complete(cell, cell_index=cell_index, **kwargs)
-            if cell.cell_type != "code":
-                return
-            code = [c for c in self.nb.cells if c.cell_type == "code"]
-            number = next((i for i, c in enumerate(code, 1) if c is cell), 0)
-            state = cell.metadata.papermill.get("status")
-            duration = cell.metadata.papermill.get("duration") or 0.0
-            elapsed = time.perf_counter() - self.started
-            mark = "FAILED" if cell.metadata.papermill.get("exception") else ("done" if state else "")
-            head = f"  cell {number}/{len(code)} {mark} in {duration:.1f} s (total {elapsed:.0f} s)"
-            print(
-                f"{head}: {_first_line(cell.source)}",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    class ProgressEngine(NBClientEngine):
-        @classmethod
-        def execute_notebook(cls, nb, kernel_name, output_path=None, progress_bar=False, log_output=False,
-                             autosave_cell_every=30, **kwargs):  # fmt: skip
-            manager = ProgressManager(
-                nb, output_path=output_path, progress_bar=False, log_output=log_output,
-                autosave_cell_every=autosave_cell_every,
-            )  # fmt: skip
-            manager.started = time.perf_counter()
-            manager.notebook_start()
-            try:
-                cls.execute_managed_notebook(manager, kernel_name, log_output=log_output, **kwargs)
-            finally:
-                manager.cleanup_pbar()
-                manager.notebook_complete()
-            return manager.nb
-
-    papermill_engines.register(PROGRESS_ENGINE, ProgressEngine)
-
-
 def execute_notebook(
     notebook: str | os.PathLike,
     output: str | os.PathLike,
@@ -586,6 +528,7 @@ def execute_notebook(
     progress: bool = False,
     timeout: float | None = None,
     checks_only: bool = False,
+    warm_kernel: bool = False,
 ) -> dict:
     """Execute ``notebook`` with papermill into ``output``; return (and write beside it) the summary.
 
@@ -602,7 +545,10 @@ def execute_notebook(
         checks_only: run every cell but draw nothing (robustness sweeps, which read only the checks):
             the kernel gets matplotlib's Agg backend, so a figure is built but never rendered or
             embedded, and explorers draw none of their positions (``ATTNLIB_EXPLORERS=skip``). The
-            checks are computed by the same cells as in a full run; the summary says which run it was.
+            checks are computed by the same cells as in a full run, less the cells tagged ``figure``
+            (they only draw); the summary says which run it was.
+        warm_kernel: run in this process's kept kernel (:mod:`attnlib.book.kernels`), reset to a
+            fresh kernel's state, instead of starting one; the book and sweeps do.
 
     Raises:
         UsageError: before any kernel starts, for an unknown parameter or a bad output path.
@@ -630,14 +576,16 @@ def execute_notebook(
 
     import papermill  # lazily: attnlib must import without Jupyter
 
-    if progress:
-        _register_progress_engine()
+    from . import kernels  # lazily, for the same reason (it imports papermill and jupyter_client)
+
     # A hidden temporary name in the destination folder: the final rename is atomic, and nothing
     # that reads `output` ever sees a half-written notebook.
     tmp = destination_ok.with_name(f".{destination_ok.stem}.{os.getpid()}.tmp.ipynb")
     started = datetime.datetime.now(datetime.UTC)
     start = time.perf_counter()
     failure = None
+    km = None
+    cwd = str(notebook.resolve().parent)
     try:
         # The kernel inherits ATTNLIB_EXPLORERS=static (precomputed explorers), and not MPLBACKEND: a
         # backend such as Agg (the test process's) would draw no figure into the notebook, and the
@@ -647,13 +595,15 @@ def execute_notebook(
             os.environ.pop("MPLBACKEND", None)
             if checks_only:
                 os.environ["MPLBACKEND"] = "agg"
+            if warm_kernel and kernels.warm_enabled():
+                km = kernels.acquire(kernel_name, cwd, config=_kernel_config())
             papermill.execute_notebook(
                 str(notebook),
                 str(tmp),
                 parameters=overrides,
                 kernel_name=kernel_name,
-                engine_name=PROGRESS_ENGINE if progress else None,
-                cwd=str(notebook.resolve().parent),
+                engine_name=kernels.ENGINE,
+                cwd=cwd,
                 progress_bar=False,
                 log_output=False,
                 # papermill would rewrite (and validate) the whole notebook at the start and the end
@@ -662,10 +612,16 @@ def execute_notebook(
                 request_save_on_cell_execute=False,
                 execution_timeout=timeout,
                 config=_kernel_config(),
+                km=km,
+                progress=progress,
+                # cells that only draw: what a checks-only run reads is unchanged without them
+                skip_tags=(kernels.FIGURE_TAG,) if checks_only else (),
             )
     except Exception as exc:  # the notebook raised, or the kernel died: report it, keep what ran
         failure = exc
+        kernels.discard(km)  # its state is unknown: the next notebook gets a fresh kernel
     except BaseException:  # interrupted (Ctrl-C): leave no temporary file behind
+        kernels.discard(km)
         tmp.unlink(missing_ok=True)
         raise
     duration = time.perf_counter() - start

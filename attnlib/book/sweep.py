@@ -215,7 +215,9 @@ def _is_done(point: SweepPoint) -> dict | None:
 def _run_point(notebook: str, point: SweepPoint, checks_only: bool = False) -> dict:
     """Worker: execute one point (module-level so process pools and Dask can pickle it)."""
     try:
-        return execute_notebook(notebook, point.output, point.parameters, name=notebook, checks_only=checks_only)
+        return execute_notebook(
+            notebook, point.output, point.parameters, name=notebook, checks_only=checks_only, warm_kernel=True
+        )
     except Exception as exc:  # a crash outside the notebook (disk, kernel start): record it
         summary = {
             "notebook": notebook,
