@@ -403,6 +403,10 @@ def key_plane_basis(prob) -> np.ndarray:
     return Vt[: int(np.sum(s > 1e-12 * s[0]))]
 
 
+#: Grid angles evaluated per call of the objective in :func:`_circle_minima`.
+_GRID_BLOCK = 2048
+
+
 def _circle_minima(objective, basis, R: float, grid: int, slope_bound: float):
     """Every local minimum of ``objective`` on the circle of radius ``R`` in ``basis`` (2, d) that can be
     the global one, refined to 1e-13 rad: ``[(value, angle)]``, best first; and the excess of the best
@@ -419,7 +423,9 @@ def _circle_minima(objective, basis, R: float, grid: int, slope_bound: float):
         a = np.atleast_1d(a)
         return objective(R * (np.cos(a)[:, None] * basis[0] + np.sin(a)[:, None] * basis[1]))
 
-    f = at(phi)
+    # The grid in blocks that stay in cache (about twice as fast as one (grid, n, T) batch; the
+    # objective is row by row, so the values are the same to the last bit).
+    f = np.concatenate([at(phi[k : k + _GRID_BLOCK]) for k in range(0, grid, _GRID_BLOCK)])
     grid_minima = (f <= np.roll(f, 1)) & (f <= np.roll(f, -1))
     local = np.flatnonzero(grid_minima & (f <= f.min() + slope_bound * h))
     minima = []
