@@ -522,9 +522,11 @@ def linearized_log_gap(prob, loss=None, select=None):
     log_c, D = log_c[keep], D[keep]
 
     def objective(points):
-        z = log_c[None, :] - np.asarray(points, float) @ D.T
+        z = np.asarray(points, float) @ D.T
+        np.subtract(log_c[None, :], z, out=z)  # in place: the same operations, no temporaries
         top = z.max(axis=1, keepdims=True)
-        return top[:, 0] + np.log(np.exp(z - top).sum(axis=1))
+        z -= top
+        return top[:, 0] + np.log(np.exp(z, out=z).sum(axis=1))
 
     return objective
 
