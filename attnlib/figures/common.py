@@ -93,30 +93,36 @@ def tokens(ax, prob: TokenSelectionProblem, select=None, annotate_scores: bool =
     """Draw each sample's keys (first two feature coordinates): stars for the selected tokens.
 
     ``select`` defaults to the optimal tokens; one colour per sample, scores written beside.
+    One scatter per marker (stars, circles) rather than one per token: the same points, a few
+    artists instead of n·T (each scatter costs a marker path and a collection to lay out and draw).
     """
     sel = prob.opt if select is None else np.asarray(select)
     keys = prob.A.reshape(prob.n, prob.T, -1)[..., :2]
     cmap = SAMPLE_COLORS
-    for i in range(prob.n):
-        c = cmap[i % len(cmap)] if prob.n > 1 else "k"
-        for t in range(prob.T):
-            marker = "*" if t == sel[i] else "o"
+    colors = [cmap[i % len(cmap)] if prob.n > 1 else "k" for i in range(prob.n)]
+    chosen = np.arange(prob.T)[None, :] == np.asarray(sel)[:, None]  # (n, T): the stars
+    for marker, where, scale in (("o", ~chosen, 0.6), ("*", chosen, 2)):
+        i, t = np.nonzero(where)
+        if i.size:
             ax.scatter(
-                *keys[i, t],
+                keys[i, t, 0],
+                keys[i, t, 1],
                 marker=marker,
-                s=size * (2 if marker == "*" else 0.6),
-                color=c,
+                s=size * scale,
+                color=[colors[k] for k in i],
                 zorder=5,
                 edgecolor="k",
                 linewidth=0.5,
             )
-            if annotate_scores:
+    if annotate_scores:
+        for i in range(prob.n):
+            for t in range(prob.T):
                 ax.annotate(
                     f"{prob.gamma[i, t]:.3g}",
                     keys[i, t],
                     textcoords="offset points",
                     xytext=(6, 6),
-                    color=c,
+                    color=colors[i],
                 )
     return ax
 
