@@ -70,8 +70,14 @@ SAMPLE_COLORS = ["tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown"
 def paths(ax, theta, color=None, arrow_every: int = 10, label=None, alpha: float = 0.9, lw: float = 1.4):
     """Draw trajectories ``theta`` (R, B, ≥2) in the plane of their first two coordinates.
 
-    Arrows every ``arrow_every`` recorded steps show the direction of travel.
+    Arrows every ``arrow_every`` recorded steps show the direction of travel: bare arrow patches,
+    the pixels of ``ax.annotate("", xy, xytext, arrowprops=...)`` (whose arrow is scaled by the
+    font size) without an empty text artist per arrow to lay out. Unlike an annotation, an arrow
+    whose head lies outside the axes is clipped there rather than left out.
     """
+    from matplotlib import rcParams
+    from matplotlib.patches import FancyArrowPatch
+
     theta = np.asarray(theta, float)
     if theta.ndim != 3 or theta.shape[2] < 2:
         raise ValueError(f"theta must have shape (R, B, d>=2), got {theta.shape}")
@@ -80,12 +86,17 @@ def paths(ax, theta, color=None, arrow_every: int = 10, label=None, alpha: float
         xy = theta[:, b, :2]
         ax.plot(xy[:, 0], xy[:, 1], color=color, lw=lw, alpha=alpha, label=label if b == 0 else None)
         for r in range(arrow_every, len(xy), arrow_every):
-            ax.annotate(
-                "",
-                xy=xy[r],
-                xytext=xy[r - 1],
-                arrowprops=dict(arrowstyle="->", color=color, lw=lw, alpha=alpha),
+            arrow = FancyArrowPatch(
+                xy[r - 1],
+                xy[r],
+                arrowstyle="->",
+                color=color,
+                lw=lw,
+                alpha=alpha,
+                mutation_scale=rcParams["font.size"],
+                zorder=3,
             )
+            ax.add_artist(arrow)  # not add_patch: an arrow does not move the data limits (nor did the annotation)
     return ax
 
 
