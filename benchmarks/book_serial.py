@@ -5,8 +5,9 @@
 Runs ``python -m attnlib book --jobs 1 --execute-only`` after removing the staged executions
 (``_build/stage``: a build artefact), so that every page of ``_toc.yml`` runs, one after another,
 in the build's one worker process and its one kernel, reset between pages to a fresh kernel's state
-(:mod:`attnlib.book.kernels`: the first page pays the kernel's start and the imports); then reads every page's run summary (``duration_s``: papermill's
-execution, kernel start included) and writes them with the date, the machine, the load average
+(:mod:`attnlib.book.kernels`: the first page pays the kernel's start and the imports); then reads
+every page's run summary (``duration_s``: papermill's execution, the kernel's start or reset
+included) and writes them with the date, the machine, the load average
 before and after, and the wall time of the whole command. Nothing is asserted.
 
 It also projects a robustness sweep (``make robustness``: one run of every theorem chapter per
