@@ -226,7 +226,8 @@ class Terms:
 
     Attributes:
         log_sigma: (*batch, n, T) ``log σ_it``.
-        log_delta: (*batch, n) ``log δ_i``, the log of the deficit ``δ_i ≥ 0`` (``u_i = γ_i,opt − δ_i``).
+        log_delta: (*batch, n) ``log δ_i``, the log of the deficit ``δ_i ≥ 0`` (``u_i = γ_i,opt − δ_i``);
+            None from a trainer's step that was asked not to compute it (:func:`terms_and_scaled_grad`).
         output: (*batch, n) the signed outputs ``u_i``.
     """
 
@@ -341,60 +342,67 @@ def _exp(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _token_sum(x: np.ndarray) -> np.ndarray:
-    """``x.sum(axis=0)`` over a leading token axis, adding the same numbers in the same order as
-    :func:`_sum_keepdims` over a last one (numpy's pairwise order), so the two layouts agree bit for bit.
+def _exp_flushed(x: np.ndarray) -> np.ndarray:
+    """``np.exp(x)`` with every result below ``e^−700`` (≈ 1e−304) set to 0: several times faster
+    than :func:`_exp` where many entries underflow, equal to ``np.exp`` up to 1e−304 absolute.
 
-    With the tokens first, each addition is one vectorised call over every sample at once.
+    For exponentials of numbers ``≤ 0`` that are then summed with or scaled by the largest of
+    them, which is 1 (the softmax's ``exp(s − max s)``, the step's weights ``exp(log|w| − m)``):
+    a term below 1e−304 of the largest changes no result beyond rounding. NaN and ±inf are kept.
 
-    >>> x = np.random.default_rng(0).normal(size=(11, 4, 3))
-    >>> bool(np.array_equal(_token_sum(x), _sum_keepdims(np.moveaxis(x, 0, -1).copy())[..., 0]))
-    True
+    >>> x = np.array([0.0, -1.0, -720.0, -800.0, -np.inf, np.nan])
+    >>> _exp_flushed(x).tolist()[:2] == np.exp(x[:2]).tolist(), _exp_flushed(x).tolist()[2:5]
+    (True, [0.0, 0.0, 0.0])
     """
-    T = x.shape[0]
-    if not 0 < T <= 128:
-        return np.ascontiguousarray(np.moveaxis(x, 0, -1)).sum(axis=-1)
-    if T < 8:
-        total = x[0]
-        for t in range(1, T):
-            total = total + x[t]
-        return total
-    full = T - T % 8
-    r = x[:8]
-    for start in range(8, full, 8):
-        r = r + x[start : start + 8]
-    r = r[0::2] + r[1::2]
-    r = r[0::2] + r[1::2]
-    total = r[0] + r[1]
-    for t in range(full, T):
-        total = total + x[t]
-    return total
+    out = np.exp(np.maximum(x, _EXP_NORMAL))
+    out *= x >= _EXP_NORMAL  # exact: finite values times 1, or 0 (NaN stays NaN)
+    return out
 
 
-def _fused_step(logits: np.ndarray, gamma: np.ndarray, log_score_gap: np.ndarray, gamma_opt: np.ndarray, loss: Loss):
-    """Log-softmax, deficit terms and gradient weights in one pass, tokens first: the training step's core.
+def _fused_step(
+    logits: np.ndarray,
+    gamma: np.ndarray,
+    log_score_gap: np.ndarray,
+    gamma_opt: np.ndarray,
+    loss: Loss,
+    log_delta: bool = True,
+):
+    """Log-softmax, outputs and gradient weights in one pass, tokens first: the training step's core.
 
-    The same formulas as :func:`log_softmax`, :func:`_deficit_terms` and :func:`_scaled_weights`,
-    operation for operation (the same bits), on arrays laid out ``(T, B, n)`` instead of
-    ``(B, n, T)``: a reduction over tokens is then ``T`` vectorised calls over all ``B·n``
-    samples, and a per-sample quantity (B, n) broadcasts along whole rows, where over a short
-    last axis numpy loops sample by sample. The reference token is addressed by index, not by
-    masks, and the exponentials avoid numpy's slow underflow path (:func:`_exp`).
+    The formulas of :func:`log_softmax`, :func:`_deficit_terms` and :func:`_scaled_weights` on
+    arrays laid out ``(T, B, n)`` instead of ``(B, n, T)``: a reduction over tokens is then one
+    vectorised pass over all ``B·n`` samples per token, and a per-sample quantity (B, n)
+    broadcasts along whole rows, where over a short last axis numpy loops sample by sample. The reference token
+    ``r_i`` is addressed by index, not by masks, and the exponentials avoid numpy's slow
+    underflow path (:func:`_exp`). Four shortcuts, equal to the separate formulas up to rounding
+    (``tests/test_model.py`` compares them to 1e-12 relative):
+
+    - the softmax's and the weights' exponentials flush results below 1e−304 of their largest
+      (which is 1) to 0 (:func:`_exp_flushed`), and the sums over tokens add them one token
+      after the other (``ndarray.sum`` over the leading axis, one call), not pairwise;
+    - ``σ = exp(shifted) / Σ_t exp(shifted)`` reuses the softmax's exponentials (one exp pass less);
+    - the output comes from the cancellation-free sum the weights need anyway,
+      ``u_i = γ_ir − Σ_τ σ_iτ (γ_ir − γ_iτ)``, instead of ``γ_i,opt − δ_i``;
+    - ``log δ_i`` (a logsumexp, only read by ``log(L − L*)``) is computed only if ``log_delta``,
+      else returned as None: a trainer asks for it at its recorded steps and for the rules that
+      need the loss.
 
     Args: ``logits``, ``gamma``, ``log_score_gap`` (T, B, n) contiguous; ``gamma_opt`` (B, n).
-    Returns ``log_sigma`` (T, B, n), ``log_delta`` and ``output`` (B, n), ``m`` (B,) and the
-    weights ``w_scaled`` (T, B, n) with ``∇L = exp(m) Σ_it w_it (A_it − A_i,opt)``.
+    Returns ``log_sigma`` (T, B, n), ``log_delta`` (B, n) or None, ``output`` (B, n), ``m`` (B,)
+    and the weights ``w_scaled`` (T, B, n) with ``∇L = exp(m) Σ_it w_it (A_it − A_i,opt)``.
     """
     T, B, n = logits.shape
     shifted = logits - logits.max(axis=0)
-    log_norm = np.log(_token_sum(_exp(shifted)))
+    exp_shifted = _exp_flushed(shifted)
+    norm = exp_shifted.sum(axis=0)
+    log_norm = np.log(norm)
     log_sigma = shifted - log_norm
-    # δ_i = Σ_t σ_it Δ_it in log space (logsumexp, max-subtracted)
-    a = log_sigma + log_score_gap
-    top = a.max(axis=0)
-    top = np.where(np.isfinite(top), top, 0.0)
-    log_delta = np.log(_token_sum(_exp(a - top))) + top
-    output = gamma_opt - np.exp(log_delta)
+    log_delta_i = None
+    if log_delta:  # δ_i = Σ_t σ_it Δ_it in log space (logsumexp, max-subtracted)
+        a = log_sigma + log_score_gap
+        top = a.max(axis=0)
+        top = np.where(np.isfinite(top), top, 0.0)
+        log_delta_i = np.log(_exp(a - top).sum(axis=0)) + top
     # The reference token r_i, np.argmax's choice (the first maximum of log σ_i). max_t log σ_it is
     # exactly 0 − log Σ_t exp(shifted): the maximum of the shifted logits is 0.
     ref = np.flatnonzero(log_sigma == -log_norm)  # flat indices t·(B·n) + sample, one per sample unless tied
@@ -403,18 +411,22 @@ def _fused_step(logits: np.ndarray, gamma: np.ndarray, log_score_gap: np.ndarray
     sample = ref % (B * n)
     gamma_ref = np.empty(B * n)
     gamma_ref[sample] = gamma.reshape(-1)[ref]
-    ref_gap = gamma_ref.reshape(B, n) - gamma  # γ_ir − γ_it
+    gamma_ref = gamma_ref.reshape(B, n)
+    ref_gap = gamma_ref - gamma  # γ_ir − γ_it
+    ref_minus_output = (exp_shifted * ref_gap).sum(axis=0) / norm  # γ_ir − u_i = Σ_τ σ_iτ (γ_ir − γ_iτ)
+    output = gamma_ref - ref_minus_output
     # u_i − γ_it (= −(γ_it − u_i) exactly: IEEE subtraction is antisymmetric), cancellation-free
-    neg_diff = ref_gap - _token_sum(_exp(log_sigma) * ref_gap)
-    log_abs = (np.log(-loss.derivative(output)) - np.log(n)) + log_sigma
-    log_abs += np.log(np.abs(neg_diff))
+    neg_diff = ref_gap - ref_minus_output
+    log_abs = np.log(np.abs(neg_diff))  # log |w_it| = log|u_i − γ_it| + log(−ℓ'(u_i)/n) + log σ_it
+    log_abs += np.log(-loss.derivative(output)) - np.log(n)
+    log_abs += log_sigma
     log_abs.reshape(-1)[ref] = -np.inf
     m = log_abs.max(axis=0).max(axis=-1)
     finite_m = np.where(np.isfinite(m), m, 0.0)
-    log_abs -= np.repeat(finite_m, n).reshape(B, n)
-    w_scaled = np.copysign(_exp(log_abs), neg_diff)  # −sign(γ_it − u_i)·exp(…); exp(−inf) = 0 where it is 0
-    w_scaled.reshape(-1)[ref] = -_token_sum(w_scaled).reshape(-1)[sample]
-    return log_sigma, log_delta, output, m, w_scaled
+    log_abs -= finite_m[:, None]  # (B, 1) along every token and sample
+    w_scaled = np.copysign(_exp_flushed(log_abs), neg_diff)  # −sign(γ_it − u_i)·exp(…); 0 where exp(…) < 1e−304
+    w_scaled.reshape(-1)[ref] = -w_scaled.sum(axis=0).reshape(-1)[sample]
+    return log_sigma, log_delta_i, output, m, w_scaled
 
 
 class _LinearLogits:
@@ -494,21 +506,28 @@ class _LinearLogits:
             cache[B] = per_token + (np.ascontiguousarray(gamma_opt),)
         return cache[B]
 
-    def step_from_flat(self, flat: np.ndarray) -> tuple[Terms, np.ndarray, np.ndarray]:
+    def _logits_token_major(self, flat: np.ndarray, B: int) -> np.ndarray:
+        """The logits of flat parameters (*batch, size) laid out (T, B, n), contiguous, for :meth:`step_from_flat`."""
+        return np.ascontiguousarray(self.logits_flat(flat).reshape(B, self.n, self.T).transpose(2, 0, 1))
+
+    def step_from_flat(self, flat: np.ndarray, log_delta: bool = True) -> tuple[Terms, np.ndarray, np.ndarray]:
         """:meth:`terms_from_flat` and :meth:`scaled_grad_from` in one pass: ``(terms, m (*batch,), g (*batch, size))``.
 
-        The trainers' step. The same numbers as the two calls (:func:`_fused_step` repeats their
-        operations on a tokens-first layout, several times faster on the book's small stacks);
-        ``terms.log_sigma`` is a view of that layout.
+        The trainers' step: the same numbers as the two calls up to rounding (:func:`_fused_step`
+        computes them on a tokens-first layout, several times faster on the book's small stacks);
+        ``terms.log_sigma`` is a view of that layout. ``log_delta=False`` leaves
+        ``terms.log_delta`` None (not computed): for steps that read neither the loss gap nor
+        anything derived from it.
         """
         lead = flat.shape[:-1]
         B, n, T = math.prod(lead), self.n, self.T
-        logits = np.ascontiguousarray(self.logits_flat(flat).reshape(B, n, T).transpose(2, 0, 1))
+        logits = self._logits_token_major(flat, B)
         gamma, log_score_gap, gamma_opt = self._token_major(B)
         with np.errstate(divide="ignore"):
-            log_sigma, log_delta, output, m, w = _fused_step(logits, gamma, log_score_gap, gamma_opt, self.loss)
+            log_sigma, log_d, output, m, w = _fused_step(logits, gamma, log_score_gap, gamma_opt, self.loss, log_delta)
         log_sigma = log_sigma.transpose(1, 2, 0).reshape(lead + (n, T))
-        terms = Terms(log_sigma, log_delta.reshape(lead + (n,)), output.reshape(lead + (n,)))
+        log_d = None if log_d is None else log_d.reshape(lead + (n,))
+        terms = Terms(log_sigma, log_d, output.reshape(lead + (n,)))
         g = self.adjoint_flat(np.ascontiguousarray(w.transpose(1, 2, 0)).reshape(lead + (n, T)))
         return terms, m.reshape(lead), g
 
@@ -532,14 +551,18 @@ class _LinearLogits:
         return np.argmax(self.logits(theta), axis=-1)
 
 
-def terms_and_scaled_grad(prob: AttentionProblem, flat: np.ndarray) -> tuple[Terms, np.ndarray, np.ndarray]:
+def terms_and_scaled_grad(
+    prob: AttentionProblem, flat: np.ndarray, log_delta: bool = True
+) -> tuple[Terms, np.ndarray, np.ndarray]:
     """``(terms, log_scale, g)`` at flat parameters ``(*batch, size)``: the trainers' step.
 
     ``prob.terms_from_flat`` then ``prob.scaled_grad_from`` (``g`` flat), fused for the problems
-    with logits linear in θ (:meth:`_LinearLogits.step_from_flat`, the same numbers).
+    with logits linear in θ (:meth:`_LinearLogits.step_from_flat`, the same numbers up to
+    rounding). ``log_delta=False`` lets a fused step skip ``terms.log_delta`` (then None), which
+    only ``log_gap_from`` reads; other problems compute it anyway.
     """
     if isinstance(prob, _LinearLogits):
-        return prob.step_from_flat(flat)
+        return prob.step_from_flat(flat, log_delta)
     terms = prob.terms_from_flat(flat)
     return (terms, *prob.scaled_grad_from(terms))
 
@@ -851,6 +874,20 @@ class ProblemStack(_LinearLogits):
         X, Zt = self.factors
         Wz = flat.reshape(flat.shape[:-1] + self.shape) @ Zt  # (*batch, S, d, n)
         return (X @ np.swapaxes(Wz, -1, -2)[..., None])[..., 0]
+
+    def _logits_token_major(self, flat: np.ndarray, B: int) -> np.ndarray:
+        """:meth:`logits_flat` laid out (T, B, n) for the fused step; flat (*batch, S, size), B = prod(batch)·S."""
+        if self.factors is None:
+            return super()._logits_token_major(flat, B)
+        # Rank-one features: x_itᵀ (W z_j) for every pair of samples i, j of a problem in one
+        # batched product (S BLAS calls of (n·T, d) by (d, n)) and keep the diagonal i = j: n
+        # times the arithmetic of the sample-by-sample products of logits_flat, but S calls
+        # instead of S·n, which is what costs at these sizes. Equal to logits_flat up to rounding.
+        X, Zt = self.factors
+        S, n, T = self.S, self.n, self.T
+        Wz = flat.reshape((B // S, S) + self.shape) @ Zt  # (B/S, S, d, n)
+        pairs = (X.reshape(S, n * T, X.shape[-1]) @ Wz).reshape(B, n, T, n)  # x_itᵀ W z_j
+        return np.ascontiguousarray(np.diagonal(pairs, axis1=1, axis2=3).transpose(1, 0, 2))
 
     def adjoint_flat(self, w: np.ndarray) -> np.ndarray:
         """``Σ_it w_it (A_it − A_i,opt)`` problem by problem, weights (*batch, S, n, T): (*batch, S, size)."""

@@ -4,13 +4,16 @@
 
 Runs ``python -m attnlib book --jobs 1 --execute-only`` after removing the staged executions
 (``_build/stage``: a build artefact), so that every page of ``_toc.yml`` runs, one after another,
-each in its own kernel; then reads every page's run summary (``duration_s``: papermill's
-execution, kernel start included) and writes them with the date, the machine, the load average
+in the build's one worker process and its one kernel, reset between pages to a fresh kernel's state
+(:mod:`attnlib.book.kernels`: the first page pays the kernel's start and the imports); then reads
+every page's run summary (``duration_s``: papermill's execution, the kernel's start or reset
+included) and writes them with the date, the machine, the load average
 before and after, and the wall time of the whole command. Nothing is asserted.
 
 It also projects a robustness sweep (``make robustness``: one run of every theorem chapter per
 seed, ``--jobs`` at once): seeds × the theorem chapters' page times / jobs, a projection from
-one seed's times, not a measurement.
+one seed's full page times, not a measurement (the sweep's points run checks-only, without the
+cells that only draw; its measured wall time is in ``book/robustness/sweep.json``).
 """
 
 from __future__ import annotations

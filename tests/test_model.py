@@ -445,24 +445,26 @@ def _unfused_step(prob, flat):
 def _fused_cases():
     rng = np.random.default_rng(7)
     selfattn = [al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(5)]
+    exp_selfattn = [_with_loss(p, "exponential", factors=True) for p in selfattn]
     dense = [al.token_selection(rng.normal(size=(4, 5, 3)), rng.normal(size=(4, 5))) for _ in range(3)]
     twins = rng.normal(size=(3, 4, 2))
     twins[:, 1] = twins[:, 0]  # two equal tokens per sample: ties in log σ at every θ
     tied = al.token_selection(twins, rng.normal(size=(3, 4)))
     return [
-        ("self-attention stack", al.stack_problems(selfattn), (5,), True),
-        ("two batches of a stack", al.stack_problems(selfattn), (2, 5), True),
-        ("dense stack, exponential loss", al.stack_problems([_with_loss(p, "exponential") for p in dense]), (3,), True),
-        ("dense stack, linear loss", al.stack_problems([_with_loss(p, "linear") for p in dense]), (3,), True),
-        ("one dense problem", dense[0], (4,), True),
-        ("tied tokens", tied, (3,), True),
-        # one self-attention problem: its logits come transposed and the unfused sums then ran
-        # token by token instead of pairwise (numpy's order on a strided axis), so only rounding agrees
-        ("one self-attention problem", selfattn[0], (4,), False),
+        ("self-attention stack", al.stack_problems(selfattn), (5,)),
+        ("two batches of a stack", al.stack_problems(selfattn), (2, 5)),
+        ("self-attention stack, exponential loss", al.stack_problems(exp_selfattn), (5,)),
+        ("dense stack, exponential loss", al.stack_problems([_with_loss(p, "exponential") for p in dense]), (3,)),
+        ("dense stack, linear loss", al.stack_problems([_with_loss(p, "linear") for p in dense]), (3,)),
+        ("one dense problem", dense[0], (4,)),
+        ("tied tokens", tied, (3,)),
+        ("one self-attention problem", selfattn[0], (4,)),
     ]
 
 
-def _with_loss(prob, loss):
+def _with_loss(prob, loss, factors=False):
+    if factors:  # keep the rank-one factors (the fused step's BLAS path for the logits)
+        return al.model.TokenSelectionProblem(prob.A, prob.gamma, al.losses.get_loss(loss), factors=prob.factors)
     return al.token_selection(prob.A, prob.gamma, loss)
 
 
@@ -471,40 +473,79 @@ def test_the_fused_step_gives_the_numbers_of_the_two_calls(scale):
     """terms_and_scaled_grad (the trainers' fused step) against terms_from_flat + scaled_grad_from.
 
     Scale 0 ties every token (the argmax fallback), 400 and 3000 saturate the softmax so that most
-    exponentials underflow (the guarded exp) and ‖∇L‖ is below the smallest float. Bit for bit where
-    the unfused path summed in numpy's pairwise order, else within 1e-12 relative (rounding)."""
+    exponentials underflow (the guarded exp) and ‖∇L‖ is below the smallest float. The fused step
+    sums in other orders (BLAS products for the logits, σ from the softmax's exponentials, the
+    output from the weights' cancellation-free sum), so the two agree to rounding: 1e-12 relative
+    to each array's largest entry. Without ``log_delta`` the other numbers are the same bits."""
     rng = np.random.default_rng(int(scale) + 1)
-    for name, prob, lead, exact in _fused_cases():
+    for name, prob, lead in _fused_cases():
         flat = scale * rng.normal(size=lead + (prob.size,)) / np.sqrt(prob.size)
         with np.errstate(all="ignore"):
             old = _unfused_step(prob, flat)
             new = al.model.terms_and_scaled_grad(prob, flat)
+            lean = al.model.terms_and_scaled_grad(prob, flat, log_delta=False)
         pairs = [(old[0].log_sigma, new[0].log_sigma), (old[0].log_delta, new[0].log_delta)]
         pairs += [(old[0].output, new[0].output), (old[1], new[1]), (old[2], new[2])]
         for a, b in pairs:
             assert a.shape == b.shape, name
-            if exact:
-                np.testing.assert_array_equal(a, b, err_msg=name)
-            else:
-                np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * np.abs(a[np.isfinite(a)]).max(), err_msg=name)
+            finite = np.isfinite(a)
+            np.testing.assert_array_equal(finite, np.isfinite(b), err_msg=name)
+            np.testing.assert_array_equal(a[~finite], b[~finite], err_msg=name)
+            scale_a = np.abs(a[finite]).max(initial=0.0)
+            np.testing.assert_allclose(b[finite], a[finite], rtol=1e-12, atol=1e-12 * scale_a, err_msg=name)
+        assert lean[0].log_delta is None, name
+        for a, b in [(new[0].log_sigma, lean[0].log_sigma), (new[0].output, lean[0].output), (new[1], lean[1])]:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        np.testing.assert_array_equal(new[2], lean[2], err_msg=name)
 
 
-def test_the_fused_step_trains_the_same_trajectories():
-    """train and train_kq with the fused step against the unfused one (patched in): identical runs."""
+def test_the_fused_step_trains_the_trajectories_of_the_two_calls():
+    """train and train_kq with the fused step against the unfused one (patched in): the same runs
+    up to rounding. NGD on (K, Q) amplifies rounding (with the previous step too, a 1-ulp change of
+    K0 moves some members' W by 1e-3 within 400 steps: benchmarks/step.py), so (K, Q) is compared
+    to 1e-9 over 100 steps, where the growth has not started, and by its selections at step 300."""
     stack = al.stack_problems([al.datasets.random_tokens(6, 8, 10, seed=s, queries="cross") for s in range(4)])
     K0, Q0 = al.optim.kq_init(4, 10, 10, seed=0)
 
     def runs():
         W = al.train(stack, np.zeros(stack.shape), 300, "ngd", 0.1, record_every=100, progress=False)
-        KQ = al.optim.train_kq(stack, K0, Q0, 300, "ngd", 0.1, normalize="separate", record_every=100)
-        return W.theta, W.log_gap, KQ.K, KQ.Q, KQ.log_grad_norm
+        close, selections = [W.theta, W.log_gap, W.loss], [stack.selection(W.final)]
+        for normalize in ("separate", "joint"):
+            KQ = al.optim.train_kq(stack, K0, Q0, 300, "ngd", 0.1, normalize=normalize, record_steps=[0, 50, 100, 300])
+            close += [KQ.K[:3], KQ.Q[:3], KQ.log_grad_norm[:3], KQ.log_gap[:3], KQ.loss[:3]]
+            selections.append(stack.selection(KQ.final))
+        return close, selections
 
     fused = runs()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(al.optim, "terms_and_scaled_grad", _unfused_step)
+        mp.setattr(al.optim, "terms_and_scaled_grad", lambda prob, flat, log_delta=True: _unfused_step(prob, flat))
         unfused = runs()
-    for a, b in zip(fused, unfused):
+    for a, b in zip(fused[0], unfused[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())
+    for a, b in zip(fused[1], unfused[1]):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("loss", ["logistic", "exponential"])
+def test_the_fused_step_gradient_matches_finite_differences(loss, central_difference):
+    """The fused step's ``exp(m)·g`` on a self-attention stack (its BLAS logits) and a dense one,
+    against central differences of the loss, member by member, at a moderate θ (no saturation)."""
+    selfattn = [al.datasets.random_tokens(4, 5, 3, seed=s, queries="cross") for s in range(2)]
+    stacks = [al.stack_problems([_with_loss(p, loss, factors=True) for p in selfattn])]
+    rng = np.random.default_rng(3)
+    stacks.append(al.stack_problems([al.token_selection(rng.normal(size=(3, 4, 2)), rng.normal(size=(3, 4)), loss)]))
+    for stack in stacks:
+        flat = 0.7 * rng.normal(size=(stack.S, stack.size))
+        _, m, g = al.model.terms_and_scaled_grad(stack, flat, log_delta=False)
+        for s in range(stack.S):
+
+            def member_loss(w, s=s, stack=stack, flat=flat):
+                x = flat.copy()
+                x[s] = w
+                return float(stack.value(x.reshape((stack.S,) + stack.shape))[s])
+
+            fd = central_difference(member_loss, flat[s])
+            np.testing.assert_allclose(np.exp(m[s]) * g[s], fd, rtol=1e-6, atol=1e-8)
 
 
 def test_guarded_exp_is_numpy_exp():

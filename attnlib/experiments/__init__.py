@@ -5,7 +5,7 @@ chapter's module), so a chapter reads its experiments in one file.
 A notebook reaches them as ``al.experiments.<chapter>`` (its import cell names it ``ex``).
 """
 
-import importlib
+from .._lazy import lazy_submodules
 
 # Each chapter's module loads on first use (``al.experiments.<chapter>``, the module ``__getattr__``
 # below, PEP 562), so a page pays the imports of its own chapter only.
@@ -22,12 +22,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import the chapter module ``name`` on first access."""
-    if name in __all__:
-        return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -403,23 +403,36 @@ def key_plane_basis(prob) -> np.ndarray:
     return Vt[: int(np.sum(s > 1e-12 * s[0]))]
 
 
-def _circle_minima(objective, basis, R: float, grid: int, slope_bound: float):
+#: Grid angles evaluated per call of the objective in :func:`_circle_minima`.
+_GRID_BLOCK = 2048
+
+
+def _circle_grid(basis, grid: int):
+    """The angles ``phi`` (grid,) of :func:`_circle_minima` and the unit points ``cos φ b_0 + sin φ b_1`` (grid, d)."""
+    phi = np.linspace(0.0, 2 * np.pi, grid, endpoint=False)
+    return phi, np.cos(phi)[:, None] * basis[0] + np.sin(phi)[:, None] * basis[1]
+
+
+def _circle_minima(objective, basis, R: float, grid: int, slope_bound: float, unit_grid=None):
     """Every local minimum of ``objective`` on the circle of radius ``R`` in ``basis`` (2, d) that can be
     the global one, refined to 1e-13 rad: ``[(value, angle)]``, best first; and the excess of the best
     grid minimum of any *other* basin (another branch; ``inf`` if there is none).
 
     A grid minimum is refined when it lies within ``slope_bound · h`` of the best grid value (``h``
     the grid step): a basin whose grid values are all higher cannot hold a lower minimum, since the
-    objective changes by at most ``slope_bound`` per radian.
+    objective changes by at most ``slope_bound`` per radian. ``unit_grid``: :func:`_circle_grid`
+    ``(basis, grid)``, computed once for every radius (default: computed here).
     """
-    phi = np.linspace(0.0, 2 * np.pi, grid, endpoint=False)
+    phi, unit = _circle_grid(basis, grid) if unit_grid is None else unit_grid
     h = 2 * np.pi / grid
 
     def at(a):
         a = np.atleast_1d(a)
         return objective(R * (np.cos(a)[:, None] * basis[0] + np.sin(a)[:, None] * basis[1]))
 
-    f = at(phi)
+    # The grid in blocks that stay in cache (about twice as fast as one (grid, n, T) batch; the
+    # objective is row by row, so the values are the same to the last bit).
+    f = np.concatenate([objective(R * unit[k : k + _GRID_BLOCK]) for k in range(0, grid, _GRID_BLOCK)])
     grid_minima = (f <= np.roll(f, 1)) & (f <= np.roll(f, -1))
     local = np.flatnonzero(grid_minima & (f <= f.min() + slope_bound * h))
     minima = []
@@ -480,9 +493,9 @@ def exact_circle_path(prob, radii, grid: int = 1 << 14, objective=None) -> Exact
     objective = prob.log_gap if objective is None else objective
     D = prob.A[np.arange(prob.n), prob.opt][:, None] - prob.A
     reach = float(np.max(np.linalg.norm(D, axis=-1)))
-    rows = []
+    rows, unit_grid = [], _circle_grid(basis, grid)  # the grid's points on the unit circle, for every radius
     for R in np.asarray(radii, float):
-        minima, other = _circle_minima(objective, basis, float(R), grid, 2 * R * reach)
+        minima, other = _circle_minima(objective, basis, float(R), grid, 2 * R * reach, unit_grid)
         value, angle = minima[0]
         theta = R * (np.cos(angle) * basis[0] + np.sin(angle) * basis[1])
         rows.append((value, theta, other, len(minima)))
@@ -516,9 +529,11 @@ def linearized_log_gap(prob, loss=None, select=None):
     log_c, D = log_c[keep], D[keep]
 
     def objective(points):
-        z = log_c[None, :] - np.asarray(points, float) @ D.T
+        z = np.asarray(points, float) @ D.T
+        np.subtract(log_c[None, :], z, out=z)  # in place: the same operations, no temporaries
         top = z.max(axis=1, keepdims=True)
-        return top[:, 0] + np.log(np.exp(z - top).sum(axis=1))
+        z -= top
+        return top[:, 0] + np.log(np.exp(z, out=z).sum(axis=1))
 
     return objective
 

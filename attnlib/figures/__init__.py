@@ -6,7 +6,7 @@ A notebook reaches them as ``al.figures.<chapter>`` (its import cell names it ``
 ``al.figures.common`` (``common``).
 """
 
-import importlib
+from .._lazy import lazy_submodules
 
 # Each chapter's module loads on first use (``al.figures.<chapter>``, the module ``__getattr__``
 # below, PEP 562), so a page pays the imports of its own chapter only.
@@ -25,12 +25,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """Import the chapter module ``name`` on first access."""
-    if name in __all__:
-        return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -70,8 +70,14 @@ SAMPLE_COLORS = ["tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown"
 def paths(ax, theta, color=None, arrow_every: int = 10, label=None, alpha: float = 0.9, lw: float = 1.4):
     """Draw trajectories ``theta`` (R, B, ≥2) in the plane of their first two coordinates.
 
-    Arrows every ``arrow_every`` recorded steps show the direction of travel.
+    Arrows every ``arrow_every`` recorded steps show the direction of travel: bare arrow patches,
+    the pixels of ``ax.annotate("", xy, xytext, arrowprops=...)`` (whose arrow is scaled by the
+    font size) without an empty text artist per arrow to lay out. Unlike an annotation, an arrow
+    whose head lies outside the axes is clipped there rather than left out.
     """
+    from matplotlib import rcParams
+    from matplotlib.patches import FancyArrowPatch
+
     theta = np.asarray(theta, float)
     if theta.ndim != 3 or theta.shape[2] < 2:
         raise ValueError(f"theta must have shape (R, B, d>=2), got {theta.shape}")
@@ -80,12 +86,17 @@ def paths(ax, theta, color=None, arrow_every: int = 10, label=None, alpha: float
         xy = theta[:, b, :2]
         ax.plot(xy[:, 0], xy[:, 1], color=color, lw=lw, alpha=alpha, label=label if b == 0 else None)
         for r in range(arrow_every, len(xy), arrow_every):
-            ax.annotate(
-                "",
-                xy=xy[r],
-                xytext=xy[r - 1],
-                arrowprops=dict(arrowstyle="->", color=color, lw=lw, alpha=alpha),
+            arrow = FancyArrowPatch(
+                xy[r - 1],
+                xy[r],
+                arrowstyle="->",
+                color=color,
+                lw=lw,
+                alpha=alpha,
+                mutation_scale=rcParams["font.size"],
+                zorder=3,
             )
+            ax.add_artist(arrow)  # not add_patch: an arrow does not move the data limits (nor did the annotation)
     return ax
 
 
@@ -93,30 +104,36 @@ def tokens(ax, prob: TokenSelectionProblem, select=None, annotate_scores: bool =
     """Draw each sample's keys (first two feature coordinates): stars for the selected tokens.
 
     ``select`` defaults to the optimal tokens; one colour per sample, scores written beside.
+    One scatter per marker (stars, circles) rather than one per token: the same points, a few
+    artists instead of n·T (each scatter costs a marker path and a collection to lay out and draw).
     """
     sel = prob.opt if select is None else np.asarray(select)
     keys = prob.A.reshape(prob.n, prob.T, -1)[..., :2]
     cmap = SAMPLE_COLORS
-    for i in range(prob.n):
-        c = cmap[i % len(cmap)] if prob.n > 1 else "k"
-        for t in range(prob.T):
-            marker = "*" if t == sel[i] else "o"
+    colors = [cmap[i % len(cmap)] if prob.n > 1 else "k" for i in range(prob.n)]
+    chosen = np.arange(prob.T)[None, :] == np.asarray(sel)[:, None]  # (n, T): the stars
+    for marker, where, scale in (("o", ~chosen, 0.6), ("*", chosen, 2)):
+        i, t = np.nonzero(where)
+        if i.size:
             ax.scatter(
-                *keys[i, t],
+                keys[i, t, 0],
+                keys[i, t, 1],
                 marker=marker,
-                s=size * (2 if marker == "*" else 0.6),
-                color=c,
+                s=size * scale,
+                color=[colors[k] for k in i],
                 zorder=5,
                 edgecolor="k",
                 linewidth=0.5,
             )
-            if annotate_scores:
+    if annotate_scores:
+        for i in range(prob.n):
+            for t in range(prob.T):
                 ax.annotate(
                     f"{prob.gamma[i, t]:.3g}",
                     keys[i, t],
                     textcoords="offset points",
                     xytext=(6, 6),
-                    color=c,
+                    color=colors[i],
                 )
     return ax
 

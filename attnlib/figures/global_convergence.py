@@ -363,8 +363,7 @@ def random_start_runs(theta, steps, long_steps, long_theta, theta_mm, adversaria
         (~adversarial, dict(color="0.6", lw=0.6, alpha=0.6)),
         (adversarial, dict(color="tab:orange", lw=1.3)),
     ):
-        for b in np.flatnonzero(kind):
-            axes[0].plot(*theta[:, b, :2].T, **style)
+        axes[0].plot(theta[:, kind, 0], theta[:, kind, 1], **style)  # one call: a line per column
         axes[1].loglog(long_steps[1:], error[1:, kind], **style)
     axes[0].plot(*theta[0, :, :2].T, "k.", ms=3)
     direction(axes[0], theta_mm, length=length, label=r"$p^{\mathrm{mm}\star}$")

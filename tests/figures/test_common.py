@@ -42,6 +42,11 @@ def test_sample_colors_match_tokens():
     prob = al.datasets.multi_input(0)
     fig, ax = plt.subplots()
     al.figures.common.tokens(ax, prob, annotate_scores=False)
-    first_of_each = [ax.collections[i * prob.T].get_facecolor()[0] for i in range(prob.n)]
-    for i, color in enumerate(first_of_each):
-        np.testing.assert_allclose(color, matplotlib.colors.to_rgba(al.figures.common.SAMPLE_COLORS[i]))
+    keys = prob.A.reshape(prob.n, prob.T, -1)[..., :2]
+    drawn = 0
+    for points in ax.collections:  # one scatter per marker: each point's colour is its sample's
+        for xy, color in zip(points.get_offsets(), points.get_facecolors()):
+            i, _ = np.argwhere(np.all(np.isclose(keys, xy), axis=-1))[0]
+            np.testing.assert_allclose(color, matplotlib.colors.to_rgba(al.figures.common.SAMPLE_COLORS[i]))
+            drawn += 1
+    assert drawn == prob.n * prob.T
