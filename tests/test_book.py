@@ -41,7 +41,12 @@ def test_chapter_executes_and_every_check_passes(executed_book, notebook):
     failed_copy = ROOT / book.FAILED_DIR / notebook.name
     assert result.status in ("ok", "up to date"), f"{notebook} failed: {result.error} (executed copy: {failed_copy})"
     summary = json.loads((ROOT / book.STAGE_DIR / notebook).with_suffix(".json").read_text(encoding="utf-8"))
-    failed = [f"{c['name']} = {c['value']!r} ({c['criterion']})" for c in summary["checks"] if c["passed"] is False]
+    # a check marked known_failure fails by design and says why (attnlib.Checks); it does not fail its page
+    failed = [
+        f"{c['name']} = {c['value']!r} ({c['criterion']})"
+        for c in summary["checks"]
+        if c["passed"] is False and not c.get("known_failure")
+    ]
     assert not failed, f"{notebook}: failed checks: {failed}"
     assert summary["checks"], f"{notebook} recorded no check (use attnlib.Checks)"
     # At its default parameters a chapter is inside its theorems' hypotheses: nothing is "not applicable".

@@ -161,3 +161,23 @@ def test_parameter_specs_name_the_parameter_and_the_allowed_values():
             validate({**ns, name: bad}, **spec)
     with pytest.raises(NameError, match="seed"):
         validate({}, seed=integer())
+
+
+def test_a_known_failure_shows_as_failed_but_does_not_fail_its_run_and_must_go_once_it_passes():
+    from attnlib.book.run import classify
+
+    checks = Checks(display=False)
+    check = checks.at_least(
+        "share", 0.88, 0.95, why="a bar", controls={"wrong": 0.0}, known_failure="tracked in issue 22"
+    )
+    assert check.status == "failed" and check.known_failure
+    checks.assert_all()  # a known failure does not raise
+    record = asdict(check)
+    assert classify(None, [record]) == "ok" and classify(None, [{**record, "known_failure": ""}]) == "claims failed"
+    assert "1 marked as a known failure" in describe_counts([record])
+    strict = Checks(display=False)
+    strict.at_least("share", 0.97, 0.95, why="a bar", controls={"wrong": 0.0}, known_failure="tracked in issue 22")
+    with pytest.raises(AssertionError, match="a known failure passed"):
+        strict.assert_all()
+    with pytest.raises(ValueError, match="known_failure"):
+        Checks(display=False).at_least("x", 1.0, 0.0, why="w", controls={"c": -1.0}, known_failure=" ")

@@ -530,6 +530,8 @@ def _chapter_claims(notebook: Path, records: list[dict], title: str | None = Non
                 verdict += f" ({_plain(check.get('reason', ''))})"
             elif status == "failed" and check.get("value_status") == PASSED:
                 verdict += " (a control passed)"
+            if status == "failed" and check.get("known_failure"):
+                verdict += f" (a known failure: {_plain(check['known_failure'])})"
             description = " ".join(check.get("description", "").split())
             lines += [
                 # The description is the notebook's own prose (it may hold math); the numbers are code-like text.
