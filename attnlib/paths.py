@@ -458,14 +458,17 @@ class _PathRecord:
         return x[picked]
 
 
-def _polished_winner(fg: Callable, x: np.ndarray, f: np.ndarray, best: int, rho: float, tol: float, max_iter: int):
-    """``x``, ``f`` with row ``best`` refined by :func:`_sphere_polish` if its constraint is active."""
+def _polished_winner(
+    log_fg: Callable, fg: Callable, x: np.ndarray, f: np.ndarray, best: int, rho: float, tol: float, max_iter: int
+):
+    """``x``, ``f`` with row ``best`` refined by :func:`_sphere_polish` of ``log_fg`` (``log(L − L*)``) if its
+    constraint is active; ``f`` stays the radius's own objective ``fg``, evaluated at the refined point."""
     xb = x[best]
-    _, g = fg(xb[None])
-    outward = np.linalg.norm(xb) >= rho * (1 - 1e-12) and float(g[0] @ xb) < 0
-    if outward:
+    _, g = log_fg(xb[None])
+    if np.linalg.norm(xb) >= rho * (1 - 1e-12) and float(g[0] @ xb) < 0:
         x, f = x.copy(), f.copy()
-        x[best], f[best], _ = _sphere_polish(fg, xb, rho, tol, max_iter)
+        x[best] = _sphere_polish(log_fg, xb, rho, tol, max_iter)[0]
+        f[best] = fg(x[best][None])[0][0]
     return x, f
 
 
@@ -578,7 +581,9 @@ def regularization_path(
         f = np.where(np.isfinite(f), f, np.inf)
         order = np.argsort(f, kind="stable")
         if polish and np.isfinite(f[order[0]]):
-            x, f = _polished_winner(fg, x, f, int(order[0]), rho, tol, max_iter)
+            # polished on log(L − L*) whatever the radius's objective: same minimisers, no cancellation in L
+            log_fg = fg if kind == "log_gap" else _objective_and_grad(prob, coords, "log_gap")
+            x, f = _polished_winner(log_fg, fg, x, f, int(order[0]), rho, tol, max_iter)
         unit = _unit_rows(coords.to_theta(x).reshape(S, -1))
         branches = record.add(j, x, f, it, ok, unit, order, kind, keep)
     theta = coords.to_theta(record.x)
