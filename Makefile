@@ -73,7 +73,7 @@ bench: setup
 
 # Every theorem chapter swept over fresh seeds; refreshes the committed tables in book/robustness/
 # that the robustness page shows. SEEDS=A:B, BACKEND=local|dask. Resumes an interrupted run.
-SEEDS ?= 2000:2019
+SEEDS ?= 1000:1099
 BACKEND ?= local
 robustness: setup
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m attnlib robustness --seeds $(SEEDS) --jobs $(JOBS) --backend $(BACKEND)

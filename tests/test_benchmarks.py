@@ -106,10 +106,10 @@ def test_committed_results_hold_ratios_only_for_pairs_measured_together():
     for path in sorted((BENCH / "results").glob("*.json")):
         data = json.loads(path.read_text())
         ratios = list(_ratio_keys(data))
-        if path.name == "step.json":  # fused over unfused step, both timed in each round of one process
+        if path.name == "step.json":  # previous over today's step, both timed in each round of one process
             for kind, per_round in data["ratio_per_round"].items():
                 cpu = data["cpu_seconds"][kind]
-                assert per_round == [old / new for old, new in zip(cpu["unfused"], cpu["fused"])]
+                assert per_round == [old / new for old, new in zip(cpu["previous"], cpu["today"])]
         elif path.name != "side_by_side.json":
             assert ratios == [], f"{path.name} holds ratios {ratios} without a side-by-side run"
     core = json.loads((BENCH / "results" / "core.json").read_text())
@@ -173,7 +173,7 @@ def test_the_committed_side_by_side_run_carries_date_machine_and_load():
 
 # ------------------------------------------------------------------ the fused training step
 def test_step_benchmark_times_both_steps_on_identical_runs(tmp_path):
-    """benchmarks/step.py runs the fused and the unfused step alternately, refuses if their
+    """benchmarks/step.py runs today's and the previous step alternately, reports how far their
     trajectories differ, and writes CPU seconds with one ratio per round."""
     import importlib.util
     import json
@@ -190,4 +190,4 @@ def test_step_benchmark_times_both_steps_on_identical_runs(tmp_path):
     assert json.loads(out.read_text())["median_ratio"] == result["median_ratio"]
     for kind in ("W", "KQ"):
         assert len(result["ratio_per_round"][kind]) == 2
-        assert all(t > 0 for t in result["cpu_seconds"][kind]["fused"] + result["cpu_seconds"][kind]["unfused"])
+        assert all(t > 0 for t in result["cpu_seconds"][kind]["today"] + result["cpu_seconds"][kind]["previous"])

@@ -13,16 +13,28 @@ from attnlib.figures import optimizer_geometry as og_fig
 FIXTURE = Path(__file__).parent / "fixtures" / "optim_before_geometry.npz"
 
 
-def test_gd_ngd_polyak_bit_identical_to_the_engine_before_the_hook():
+def test_gd_ngd_polyak_match_the_engine_before_the_hook():
     # tests/fixtures/optim_before_geometry.npz was written by attnlib at 99127ef, before
-    # StepRule.moves_itself existed (script: the loop below, 200 steps, every 50th recorded).
+    # StepRule.moves_itself existed (script: the loop below, 200 steps, every 50th recorded). It was
+    # bit-identical until the fused step of 2026-12-02 (one exp pass fewer, BLAS logits), which agrees
+    # with the old formula to rounding (tests/test_model.py): the trajectories now agree to 1e-13 of
+    # their size. Polyak on the random instance is the exception, and is compared by its loss: its
+    # loss has a floor (0.4155 > 0 = the rule's target), so the step L / |g|^2 grows as g -> 0 and
+    # amplifies any rounding difference along the floor's flat direction (3% by step 50); the losses
+    # agree (2.6e-9 relative at step 50, where one member is still descending; equal from step 100).
     before = np.load(FIXTURE)
     probs = {"single": al.datasets.single_input(local=True), "w": al.datasets.random_tokens(3, 4, 3, seed=3)}
     for key, prob in probs.items():
         theta0 = np.random.default_rng(0).standard_normal((2,) + prob.shape)
         for method, lr in (("gd", 0.5), ("ngd", 0.1), ("polyak", 1.0)):
             traj = al.train(prob, theta0, 200, method=method, lr=lr, record_every=50)
-            assert np.array_equal(traj.theta, before[f"{key}_{method}"]), (key, method)
+            old = before[f"{key}_{method}"]
+            if (key, method) == ("w", "polyak"):
+                old_loss = np.array([[prob.value(t) for t in step] for step in old])
+                assert np.allclose(traj.loss, old_loss, rtol=1e-8, atol=0), (key, method)
+                continue
+            scale = np.max(np.abs(old), axis=tuple(range(1, old.ndim)), keepdims=True)
+            assert np.max(np.abs(traj.theta - old) / scale) <= 1e-13, (key, method)
 
 
 def test_mirror_map_inverts_and_p2_is_gd_and_ngd():

@@ -1,7 +1,7 @@
 """Every theorem chapter rerun over seeds it never ran: how often each claim passes.
 
-    python -m attnlib robustness --seeds 2000:2019 --jobs 2            # what `make robustness` runs
-    python -m attnlib robustness --seeds 2000:2019 --backend dask      # on a local Dask cluster
+    python -m attnlib robustness --seeds 1000:1099 --jobs 2            # what `make robustness` runs
+    python -m attnlib robustness --seeds 1000:1099 --backend dask      # on a local Dask cluster
 
 Each chapter is swept with :func:`attnlib.book.sweep.run_sweep` (resumable, one papermill run per
 seed) into ``_build/robustness/<chapter>``; the outcome of every check at every seed is then written
@@ -44,6 +44,7 @@ __all__ = [
     "chapter_outcomes",
     "controls_of",
     "seed_independent",
+    "sweep_cells",
     "main",
     "collect_chapter",
     "numerics_digest",
@@ -226,6 +227,22 @@ def chapter_outcomes(rows: list[dict]) -> dict[str, int]:
     seeds = sorted({row["seed"] for row in rows})
     bad = {row["seed"] for row in rows if row["status"] == FAILED}
     return {"seeds": len(seeds), "ok": len(seeds) - len(bad), "failed_seeds": sorted(bad)}
+
+
+def sweep_cells(entry: dict, rows: list[dict]) -> str:
+    """A chapter's sweep as four markdown table cells: its seeds, the ok count, the failed seeds, and when
+    it was swept (commit, date, execution time), from its entry in ``sweep.json`` and its table's rows.
+
+    >>> entry = {"seed_range": [1, 2], "commit": "abc", "date": "today", "points_s": 3.2}
+    >>> sweep_cells(entry, [{"seed": 1, "status": "passed"}, {"seed": 2, "status": "failed"}])
+    '1 to 2 | 1 of 2 | 2 | `abc`, today, 3 s'
+    """
+    outcome = chapter_outcomes(rows)
+    return (
+        f"{entry['seed_range'][0]} to {entry['seed_range'][1]} | {outcome['ok']} of {outcome['seeds']} "
+        f"| {', '.join(map(str, outcome['failed_seeds'])) or 'none'} "
+        f"| `{entry['commit']}`, {entry['date']}, {entry['points_s']:.0f} s"
+    )
 
 
 def _commit(root: Path) -> str:
@@ -432,7 +449,7 @@ def _collect_only(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnlib robustness", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="2000:2019", help="A:B (inclusive) or a comma list (default 2000:2019)")
+    parser.add_argument("--seeds", default="1000:1099", help="A:B (inclusive) or a comma list (default 1000:1099)")
     parser.add_argument("--chapters", default=",".join(THEOREM_CHAPTERS), help="comma list of chapter notebooks")
     parser.add_argument("--jobs", type=int, default=2, help="points run at once (default 2)")
     parser.add_argument("--backend", choices=("local", "dask"), default="local", help="local processes or Dask")
