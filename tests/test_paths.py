@@ -159,3 +159,47 @@ def test_bad_problem_and_shapes_raise():
         al.model.nonlinear_head(np.ones((2, 3, 4)), np.ones((5, 4)), -np.ones(5))
     with pytest.raises(ValueError, match="p must"):
         nonlinear_model().grad(np.zeros(5))
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuc"])
+def test_ball_stationarity_gap_is_the_frank_wolfe_gap(norm):
+    prob = al.datasets.random_tokens(3, 4, 4, seed=0)
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=(3, 4, 4))
+    W[2] = W[1]
+    R = al.experiments.regularization_path.parameter_norm(W, norm, 2) * np.array([1.0, 1.0, 2.0])  # last: inside
+    gap = al.paths.ball_stationarity_gap(prob, W, R, norm)
+    _, g = al.paths.log_gap_grad(prob, W)
+    for k in range(3):
+        # the linear minimisation oracle on the ball, written out: -R g/‖g‖_F, or -R u1 v1ᵀ (top singular pair)
+        if norm == "fro":
+            S, dual = -R[k] * g[k] / np.linalg.norm(g[k]), np.linalg.norm(g[k])
+        else:
+            U, s, Vt = np.linalg.svd(g[k])
+            S, dual = -R[k] * np.outer(U[:, 0], Vt[0]), s[0]
+        assert gap[k] == pytest.approx(np.sum(g[k] * (W[k] - S)) / (R[k] * dual), rel=1e-12)
+        # no point of the ball does better than the oracle's
+        T = rng.normal(size=(200, 4, 4))
+        T *= (R[k] / al.experiments.regularization_path.parameter_norm(T, norm, 2))[:, None, None]
+        assert np.all(np.sum(g[k] * (W[k] - T), axis=(1, 2)) <= gap[k] * R[k] * dual * (1 + 1e-12))
+    assert np.all((gap >= 0) & (gap <= 2))
+    assert gap[2] == pytest.approx(1 + (gap[1] - 1) / 2, rel=1e-12)  # the same point in a ball twice as large
+    with pytest.raises(ValueError, match="norm must be one of"):
+        al.paths.ball_stationarity_gap(prob, W, R, "spectral")
+
+
+def test_polish_makes_the_stalled_kq_path_stationary():
+    # chapter 2's self-attention instance: projected descent stops on its small-move test with a relative
+    # nuclear Frank-Wolfe gap of about 4e-4 at R = 1000; the BFGS polish ends every radius below tol
+    prob = al.datasets.random_tokens(4, 5, 6, seed=0)
+    radii = np.geomspace(1.0, 1000.0, 4)
+    run = al.experiments.regularization_path.matrix_paths_from_rays
+    plain = run(prob, radii, seed=0, tol=1e-6, max_iter=400)
+    polished = run(prob, radii, seed=0, tol=1e-6, max_iter=400, polish=True)
+    assert plain.gap_kq[-1] > 1e-5  # the stall this fixes
+    assert np.max(polished.gap_kq) <= 1e-6 and np.max(polished.gap_w) <= 1e-6
+    assert polished.kq.log_gap[-1] < plain.kq.log_gap[-1]  # the polish only descends
+    np.testing.assert_allclose(polished.kq.norm, radii, rtol=1e-9)  # and stays on the sphere
+    np.testing.assert_allclose(polished.w.norm, radii, rtol=1e-9)
+    # each path is far from stationary on the other geometry's ball (the checks' controls)
+    assert np.max(polished.gap_w_nuc) > 0.1 and np.max(polished.gap_kq_fro) > 0.1

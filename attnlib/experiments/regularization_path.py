@@ -24,7 +24,14 @@ from scipy.optimize import minimize_scalar
 
 from ..metrics import one_minus_cosine
 from ..model import NonlinearHeadAttention, TokenSelectionProblem, log_softmax
-from ..paths import RegularizationPath, check_radii, direction_bound, regularization_path, regularization_paths
+from ..paths import (
+    RegularizationPath,
+    ball_stationarity_gap,
+    check_radii,
+    direction_bound,
+    regularization_path,
+    regularization_paths,
+)
 from ..svm import max_margin, nuclear_svm
 
 __all__ = [
@@ -315,6 +322,10 @@ class MatrixPaths:
         nuc_in_fro: the Frobenius margin ratio of the nuclear SVM; ``fro_in_nuc``: the nuclear margin ratio
             of the W-SVM (both ``≤ 1``).
         excess_w, excess_kq: (N,) :func:`ray_gap_excess` of each path against its own SVM ray.
+        gap_w, gap_kq: (N,) the relative Frank–Wolfe gap (:func:`attnlib.paths.ball_stationarity_gap`) of the
+            ``W`` path on the Frobenius ball and of the ``(K, Q)`` path's ``K̄Q̄ᵀ`` on the nuclear ball.
+        gap_w_nuc, gap_kq_fro: (N,) the same gaps in the other geometry: the ``W`` path on the nuclear ball,
+            the ``(K, Q)`` path on the Frobenius ball (each path's own ball radius ``R``, rescaled onto it).
     """
 
     fro: np.ndarray
@@ -329,6 +340,10 @@ class MatrixPaths:
     fro_in_nuc: float
     excess_w: np.ndarray
     excess_kq: np.ndarray
+    gap_w: np.ndarray
+    gap_kq: np.ndarray
+    gap_w_nuc: np.ndarray
+    gap_kq_fro: np.ndarray
 
 
 def _matrix_paths_against(prob, r, fro, nuc, w, kq) -> MatrixPaths:
@@ -346,7 +361,16 @@ def _matrix_paths_against(prob, r, fro, nuc, w, kq) -> MatrixPaths:
         fro_in_nuc=float(margin_ratio(prob, fro, nuc, "nuc")),
         excess_w=ray_gap_excess(prob, w, fro, "fro"),
         excess_kq=ray_gap_excess(prob, kq, nuc, "nuc"),
+        gap_w=ball_stationarity_gap(prob, w.theta, r, "fro"),
+        gap_kq=ball_stationarity_gap(prob, kq.theta, r, "nuc"),
+        gap_w_nuc=ball_stationarity_gap(prob, _rescaled(w.theta, r, "nuc"), r, "nuc"),
+        gap_kq_fro=ball_stationarity_gap(prob, _rescaled(kq.theta, r, "fro"), r, "fro"),
     )
+
+
+def _rescaled(theta, r, norm: str) -> np.ndarray:
+    """Matrices ``theta`` (N, d, d_z) rescaled to norm ``r`` (N,) in ``norm`` (``"fro"`` or ``"nuc"``)."""
+    return theta * (r / parameter_norm(theta, norm, 2))[:, None, None]
 
 
 def matrix_paths(prob: TokenSelectionProblem, radii, seed=0, n_starts_w: int = 2, n_starts_kq: int = 1, **solver):
