@@ -37,7 +37,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checks import NOT_APPLICABLE, PASSED, count_statuses, describe_counts, shown_at_precision, status_of
+from .checks import (
+    NOT_APPLICABLE,
+    PASSED,
+    count_statuses,
+    describe_counts,
+    is_known_failure,
+    shown_at_precision,
+    status_of,
+)
 from .citation import citation_markdown
 from .files import log as _log
 from .run import execute_notebook, summary_path
@@ -267,6 +275,7 @@ class ExecutionResult:
     checks_total: int
     error: str | None = None
     checks_not_applicable: int = 0
+    checks_known_failures: int = 0  # failed checks marked known_failure (attnlib.Checks): shown, not blocking
 
     @property
     def checks_failed(self) -> int:
@@ -274,7 +283,7 @@ class ExecutionResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("ok", "up to date") and self.checks_failed == 0
+        return self.status in ("ok", "up to date") and self.checks_failed == self.checks_known_failures
 
     @property
     def reason(self) -> str:
@@ -305,6 +314,7 @@ def _result(notebook: Path, summary: dict, status: str) -> ExecutionResult:
         checks_total=sum(count_statuses(checks).values()),  # certificates are not checks
         error=summary.get("error"),
         checks_not_applicable=count_statuses(checks)[NOT_APPLICABLE],
+        checks_known_failures=sum(is_known_failure(c) for c in checks if c.get("kind", "check") == "check"),
     )
 
 
