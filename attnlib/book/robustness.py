@@ -230,18 +230,19 @@ def chapter_outcomes(rows: list[dict]) -> dict[str, int]:
 
 
 def sweep_cells(entry: dict, rows: list[dict]) -> str:
-    """A chapter's sweep as four markdown table cells: its seeds, the ok count, the failed seeds, and when
-    it was swept (commit, date, execution time), from its entry in ``sweep.json`` and its table's rows.
+    """A chapter's sweep as one markdown table cell: the ok count of its seeds, the failed seeds, and when it
+    was swept (commit, date, the summed execution time of its points), from its entry in ``sweep.json`` and
+    its table's rows. One cell, so that a table of two sweeps stays narrow enough to read.
 
     >>> entry = {"seed_range": [1, 2], "commit": "abc", "date": "today", "points_s": 3.2}
     >>> sweep_cells(entry, [{"seed": 1, "status": "passed"}, {"seed": 2, "status": "failed"}])
-    '1 to 2 | 1 of 2 | 2 | `abc`, today, 3 s'
+    'ok on 1 of 2 (seeds 1 to 2); failed: 2; swept at `abc`, today, 3 s'
     """
     outcome = chapter_outcomes(rows)
     return (
-        f"{entry['seed_range'][0]} to {entry['seed_range'][1]} | {outcome['ok']} of {outcome['seeds']} "
-        f"| {', '.join(map(str, outcome['failed_seeds'])) or 'none'} "
-        f"| `{entry['commit']}`, {entry['date']}, {entry['points_s']:.0f} s"
+        f"ok on {outcome['ok']} of {outcome['seeds']} (seeds {entry['seed_range'][0]} to {entry['seed_range'][1]}); "
+        f"failed: {', '.join(map(str, outcome['failed_seeds'])) or 'none'}; "
+        f"swept at `{entry['commit']}`, {entry['date']}, {entry['points_s']:.0f} s"
     )
 
 
