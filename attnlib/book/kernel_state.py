@@ -11,6 +11,10 @@ kernel would not have:
 - numpy's print and floating-point error options;
 - the working directory, ``sys.path``, and the execution counter (the first cell is ``[1]`` again).
 
+One difference is kept on purpose: matplotlib's backend is already loaded (the inline backend
+active, ``matplotlib.is_interactive()`` true) when the first cell runs, where a fresh kernel loads
+it at the first figure; no figure or value depends on it (``tests/book/test_kernels.py``).
+
 What it keeps is what makes the kernel warm: imported modules (numpy, scipy, matplotlib, cvxpy,
 attnlib) and their caches of pure functions. A module's global state that a notebook mutates is not
 covered; :mod:`attnlib.book.kernels` says what is guarded against, and ``tests/test_kernels.py``
