@@ -35,6 +35,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 
 from .checks import (
@@ -372,7 +373,10 @@ def execute_all(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
                 for notebook, _ in pending
             }
             # Worker processes, even for one notebook: this process stays free to report progress.
-            with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(pending)))) as pool:
+            # Spawned, not forked: a forked worker would inherit this process's asyncio loop and
+            # jupyter_client state (a kernel this process used), and hang talking to its own kernel.
+            workers = max(1, min(jobs, len(pending)))
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
                 started = time.perf_counter()
                 queue, done, futures = list(pending), set(), {}
                 while queue or futures:
