@@ -40,7 +40,7 @@ import numpy as np
 
 from ..basins import MOTION_TOL, BasinMap, basin_map, classify_motion, half_and_final_states, key_plane_grid
 from ..datasets import cone_starts, relu_head_instances, single_input
-from ..flow import gradient_flow, sampled_smoothness, smoothness_bound
+from ..flow import gradient_flow, hessian, sampled_smoothness, smoothness_bound
 from ..metrics import cosine, normalized_margin, one_minus_cosine, orthogonal_offset, selection_mass
 from ..model import ReluHeadStack, TokenSelectionProblem, relu_head_stack, token_selection
 from ..optim import check_schedule, train, train_together
@@ -76,6 +76,9 @@ __all__ = [
     "svm_or_none",
     "StepSizeBasins",
     "step_size_basins",
+    "discretisation_band",
+    "BAND_POINTS",
+    "transverse_direction",
     "tie_direction",
     "SVMEQ_SELECTED",
     "SVMEQ_MASKED",
@@ -831,6 +834,11 @@ class StepSizeBasins:
             ``flow``): the basin the method has sent the start to.
         gd_unread: (C, B, n) the selection at GD's last step, without the read-out (a finite
             step's selection, which a slow run has not yet decided).
+        band: (C, B) GD's first-order discretisation band at each ``c`` (:func:`discretisation_band`):
+            how far, across its own flow line, GD at ``η = c/L`` can displace each start.
+        in_band: (C, B) bool, the flow's basin boundary passes within ``band`` of the start: the flow
+            from some point ``x₀ + s·n₀``, ``|s| ≤ band`` (``BAND_POINTS`` evenly spaced values of ``s`` on
+            each side, ``n₀`` :func:`transverse_direction`), ends in another basin than the start's.
     """
 
     products: np.ndarray
@@ -843,10 +851,80 @@ class StepSizeBasins:
     ngd: np.ndarray
     flow: np.ndarray
     gd_unread: np.ndarray
+    band: np.ndarray
+    in_band: np.ndarray
 
-    def disagreements(self, labels) -> int:
-        """How many starts end in another basin than gradient flow's (``labels`` (B, n))."""
-        return int(np.sum(np.any(np.asarray(labels) != self.flow, axis=-1)))
+    def disagreements(self, labels, outside=None) -> int:
+        """How many starts end in another basin than gradient flow's (``labels`` (B, n)); with
+        ``outside`` (B,) bool, only those starts count (the starts outside a discretisation band)."""
+        moved = np.any(np.asarray(labels) != self.flow, axis=-1)
+        return int(np.sum(moved if outside is None else moved & np.asarray(outside, bool)))
+
+
+#: how many evenly spaced points on each side of a start test whether the basin boundary is within the band
+BAND_POINTS = 4
+
+
+def transverse_direction(prob: TokenSelectionProblem, theta) -> np.ndarray:
+    """The unit normal to ``∇L(θ)`` in the key plane of a Fig. 1 instance: (B, 3) for ``theta`` (B, 3).
+
+    The parameter's third coordinate multiplies no key (its gradient is 0), so the flow moves in
+    the plane of the first two, and the direction across a start's own flow line is ``∇L`` turned by 90°.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> n = transverse_direction(prob, al.datasets.SINGLE_INPUT_INITS[:2])
+    >>> bool(np.allclose(np.einsum("bi,bi->b", n, prob.grad(al.datasets.SINGLE_INPUT_INITS[:2])), 0))
+    True
+    """
+    g = np.asarray(prob.grad(np.asarray(theta, float)))
+    n = np.stack([-g[..., 1], g[..., 0], np.zeros_like(g[..., 0])], axis=-1)
+    return n / np.linalg.norm(n, axis=-1, keepdims=True)
+
+
+def discretisation_band(prob: TokenSelectionProblem, theta, lr: float) -> np.ndarray:
+    """A first-order bound on how far GD at step ``lr`` displaces each start across its flow line: (B,).
+
+    ``theta`` (K + 1, B, 3): GD's iterates ``x_0 … x_K`` at step ``η = lr`` (every step). One GD step
+    from ``x`` differs from gradient flow over the time ``η`` by the local error
+    ``−∫₀^η (∇L(x) − ∇L(φ_s x)) ds = −(η²/2) ∇²L(x) ∇L(x) + O(η³)``. Pulled back to the start by the
+    inverse of the linearised map ``P_{k+1} = (D_k ⋯ D_0)^{-1}``, ``D_j = I − η∇²L(x_j)``, the errors add
+    up: GD's end point is, to first order in ``η``, the flow's image (at time ``Kη``) of the start
+    ``x_0 + Δ``, ``Δ = −(η²/2) Σ_k P_{k+1} ∇²L(x_k) ∇L(x_k)``. A move along the start's own flow
+    line (along ``∇L(x_0)``: flow lines map to flow lines) is a shift in time and keeps the basin, so
+    only the transverse component of ``Δ`` can change it, and the triangle inequality bounds it:
+
+    ``band = (η²/2) Σ_k ‖Π_⊥ P_{k+1} ∇²L(x_k) ∇L(x_k)‖``, ``Π_⊥ = I − ĝĝᵀ``, ``ĝ = ∇L(x_0)/‖∇L(x_0)‖``.
+
+    GD can end in another basin than the flow from ``x_0`` only if the flow's basin boundary
+    passes within ``band`` of ``x_0`` (to first order in ``η``; at ``η·L ≤ 1`` the next order is of
+    relative size ``η‖∇²L‖/3``, and the triangle inequality over the steps leaves a margin besides).
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> eta = 1.0 / float(al.flow.smoothness_bound(prob))
+    >>> run = al.train(prob, al.datasets.SINGLE_INPUT_INITS[:2], 100, "gd", eta)
+    >>> b = discretisation_band(prob, run.theta, eta)
+    >>> b.shape, bool(np.all((b > 0) & (b < 0.2)))
+    ((2,), True)
+    """
+    theta = np.asarray(theta, float)
+    if theta.ndim != 3 or theta.shape[0] < 2:
+        raise ValueError(f"theta must be GD's iterates (K + 1 >= 2, B, size), got shape {theta.shape}")
+    iterates = theta[:-1]  # x_0 … x_{K−1}: the local error of step k is made at x_k
+    H = hessian(prob, iterates)  # (K, B, S, S)
+    Hg = np.einsum("kbij,kbj->kbi", H, prob.grad(iterates))  # (K, B, S)
+    g0 = prob.grad(theta[0])
+    g0 = g0 / np.linalg.norm(g0, axis=-1, keepdims=True)
+    eye = np.eye(theta.shape[-1])
+    band = np.zeros(theta.shape[1])
+    pulled = np.broadcast_to(eye, H.shape[1:]).copy()  # P_k, (B, S, S)
+    for k in range(iterates.shape[0]):
+        pulled = pulled @ np.linalg.inv(eye - lr * H[k])
+        back = np.einsum("bij,bj->bi", pulled, Hg[k])
+        back -= np.einsum("bi,bi->b", back, g0)[:, None] * g0  # Π_⊥: along the flow line is a time shift
+        band += lr**2 / 2 * np.linalg.norm(back, axis=-1)
+    return band
 
 
 def step_size_basins(
@@ -865,7 +943,10 @@ def step_size_basins(
     their end points and the starts themselves are then one gradient-flow batch to ``t = t_max``
     (log time, :func:`attnlib.flow.gradient_flow`), which reads out the basin: the selection at
     ``t_max``. Gradient flow is GD's small-step limit, so for ``c`` small GD's read-out must match the
-    flow's own; a large step can move a start across the basin boundary. Chapter 1's
+    flow's own; a large step can move a start across the basin boundary. A start close enough to the
+    flow's boundary changes basin at any step: ``band`` is GD's first-order discretisation band at each
+    ``c`` (:func:`discretisation_band`) and ``in_band`` marks the starts the flow's boundary passes
+    within it (a flow batch of its own from ``BAND_POINTS`` points on each side). Chapter 1's
     :func:`attnlib.experiments.global_convergence.step_size_sweep` is the same experiment on its
     trap, against the flow at equal time.
 
@@ -893,6 +974,17 @@ def step_size_basins(
     with np.errstate(invalid="ignore"):
         rises = np.diff(gd_loss, axis=1) > 1e-12 * np.abs(gd_loss[:, :-1])
     curvature = np.array([sampled_smoothness(prob, r.theta).max() for r in runs[:-1]])
+    band = np.stack([discretisation_band(prob, r.theta, c / L) for c, r in zip(products, runs[:-1])])  # (C, B)
+    # Is the flow's basin boundary within the band? The flow from points across each start's flow line, in
+    # a batch of its own (the read-out above stays as it was)
+    normal = transverse_direction(prob, starts)  # (B, 3)
+    offsets = np.r_[-np.arange(BAND_POINTS, 0, -1), np.arange(1, BAND_POINTS + 1)] / BAND_POINTS  # (2P,)
+    probes = starts[None, :, None] + (band[..., None] * offsets)[..., None] * normal[None, :, None]  # (C, B, 2P, 3)
+    probe_flow = gradient_flow(
+        prob, probes.reshape(-1, starts.shape[-1]), times=np.array([0.0, t_max]), rtol=rtol, atol=rtol
+    )
+    probe_labels = prob.selection(probe_flow.theta[-1]).reshape(probes.shape[:3] + (prob.n,))
+    in_band = np.any(probe_labels != labels[-1][None, :, None], axis=(-2, -1))  # (C, B)
     return StepSizeBasins(
         products=products,
         L=L,
@@ -904,6 +996,8 @@ def step_size_basins(
         ngd=labels[-2],
         flow=labels[-1],
         gd_unread=prob.selection(np.stack([r.final for r in runs[:-1]])),
+        band=band,
+        in_band=in_band,
     )
 
 
