@@ -838,7 +838,8 @@ class StepSizeBasins:
             how far, across its own flow line, GD at ``η = c/L`` can displace each start.
         in_band: (C, B) bool, the flow's basin boundary passes within ``band`` of the start: the flow
             from some point ``x₀ + s·n₀``, ``|s| ≤ band`` (``BAND_POINTS`` evenly spaced values of ``s`` on
-            each side, ``n₀`` :func:`transverse_direction`), ends in another basin than the start's.
+            each side, ``n₀`` :func:`transverse_direction`), ends in another basin than the start's. Tested
+            for ``c ≤ 1`` only (False above, where a first-order band is no bound).
     """
 
     products: np.ndarray
@@ -979,12 +980,14 @@ def step_size_basins(
     # a batch of its own (the read-out above stays as it was)
     normal = transverse_direction(prob, starts)  # (B, 3)
     offsets = np.r_[-np.arange(BAND_POINTS, 0, -1), np.arange(1, BAND_POINTS + 1)] / BAND_POINTS  # (2P,)
-    probes = starts[None, :, None] + (band[..., None] * offsets)[..., None] * normal[None, :, None]  # (C, B, 2P, 3)
+    below = products <= 1  # above 1/L the first-order band says nothing (and its far probes are slow to integrate)
+    probes = starts[None, :, None] + (band[below, :, None] * offsets)[..., None] * normal[None, :, None]
     probe_flow = gradient_flow(
         prob, probes.reshape(-1, starts.shape[-1]), times=np.array([0.0, t_max]), rtol=rtol, atol=rtol
     )
     probe_labels = prob.selection(probe_flow.theta[-1]).reshape(probes.shape[:3] + (prob.n,))
-    in_band = np.any(probe_labels != labels[-1][None, :, None], axis=(-2, -1))  # (C, B)
+    in_band = np.zeros(band.shape, bool)
+    in_band[below] = np.any(probe_labels != labels[-1][None, :, None], axis=(-2, -1))
     return StepSizeBasins(
         products=products,
         L=L,

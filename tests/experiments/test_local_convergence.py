@@ -171,6 +171,10 @@ def test_svm_equivalence_runs_small():
     assert np.all(runs.one_minus_corr["svmeq"][:, -1] <= runs.one_minus_corr["mm"][:, -1] + 1e-12)
     stats = al.experiments.local_convergence.svmeq_statistics(runs)
     assert stats["agreement_off"] < al.experiments.local_convergence.SVMEQ_AGREEMENT
+    # the check's statistic against the nearest wrong answer, and its control (the two exchanged)
+    assert stats["ratio_eq_off"] == pytest.approx(stats["ratio_one_token"] / stats["ratio_off"], rel=1e-12)
+    assert stats["ratio_eq_off"] * stats["ratio_off_eq"] == pytest.approx(1.0, rel=1e-12)
+    assert stats["ratio_eq_off"] < 1 < stats["ratio_off_eq"]
     # label +1 inputs whose head is dead at the trained attention are counted apart from the vertex claim
     alive = runs.head_value > 0
     well = runs.masked_max <= al.experiments.local_convergence.SVMEQ_WELL_MASKED
@@ -208,5 +212,36 @@ def test_step_size_basins_small_steps_follow_the_flow_large_ones_move(fig1b):
     # the curvature these paths meet is far below the global bound, and the loss never rises here
     assert np.all(r.path_curvature < r.L) and np.all(r.path_curvature > 0)
     assert r.monotone.all()
+    # the official starts lie outside every band; the band grows with the step (first order: like η²·K)
+    assert r.band.shape == r.in_band.shape == (3, 6) and not r.in_band[:2].any()
+    assert np.all(r.band[0] < r.band[1]) and np.all(r.band[1] < 0.1)
+    assert r.disagreements(r.gd[2], ~r.in_band[1]) > 0  # the control: GD at 100/L moves starts outside 1/L's band
     with pytest.raises(ValueError, match="products"):
         ex.step_size_basins(prob, starts, [0.0, 1.0], 10, 0.5, 10)
+
+
+def test_discretisation_band_holds_the_starts_gd_moves_across_the_boundary(fig1b):
+    """Starts placed across the flow's basin boundary (Fig. 1(b), on the line p = (0, y0)): GD at η = 1/L sends
+    some of them to another basin than the flow, and every one it moves lies within its band."""
+    prob, _ = fig1b
+    ex = al.experiments.local_convergence
+
+    def basin(points):
+        run = al.flow.gradient_flow(prob, points, times=np.array([0.0, 1e15]), rtol=1e-8, atol=1e-8)
+        return prob.selection(run.theta[-1])[:, 0]
+
+    lo, hi = -1.0, -0.5  # the flow sends (0, −1) to the local direction, (0, −0.5) to the global one
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if basin(np.array([[0.0, mid, 0.0]]))[0] == 1 else (lo, mid)
+    shifts = np.array([-0.04, -0.02, -0.01, -0.005, -0.002, 0.002, 0.005, 0.01, 0.02, 0.04])
+    starts = np.stack([0 * shifts, (lo + hi) / 2 + shifts, 0 * shifts], axis=-1)
+    eta = 1.0 / float(al.flow.smoothness_bound(prob))
+    gd = al.train(prob, starts, 400, "gd", eta)
+    moved = basin(gd.final) != basin(starts)
+    band = ex.discretisation_band(prob, gd.theta, eta)
+    across = np.abs(shifts * ex.transverse_direction(prob, starts)[:, 1])  # distance across the flow lines
+    assert moved.any() and not moved.all()
+    assert np.all(across[moved] <= band[moved])
+    with pytest.raises(ValueError, match="iterates"):
+        ex.discretisation_band(prob, gd.theta[0], eta)
