@@ -899,7 +899,8 @@ def discretisation_band(prob: TokenSelectionProblem, theta, lr: float) -> np.nda
 
     GD can end in another basin than the flow from ``x_0`` only if the flow's basin boundary
     passes within ``band`` of ``x_0`` (to first order in ``η``; at ``η·L ≤ 1`` the next order is of
-    relative size ``η‖∇²L‖/3``, and the triangle inequality over the steps leaves a margin besides).
+    relative size about ``η‖∇²L‖/3`` from the curvature, the third derivative adding its own, and the
+    triangle inequality over the steps leaves a margin besides).
 
     >>> import numpy as np, attnlib as al
     >>> prob = al.datasets.single_input(local=True)
