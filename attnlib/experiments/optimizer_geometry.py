@@ -87,12 +87,13 @@ __all__ = [
 ADMIT_GAP = 0.01
 #: Sign descent with a constant step η stalls short of the ℓ∞ margin by an amount that shrinks with
 #: η (the move of every coordinate by η does not settle on the ℓ∞ face). Measured on seed 2004's W
-#: problems, the statistic and control of :func:`margin_check` at the same length ηt = 300 are
-#: 0.086 and 0.43 at η = 0.1 (the control short of the midpoint), 0.040 and 0.66 at η = 0.05, and
-#: 0.016 and 0.99 at η = 0.025. H1 is about that small-step limit, so its check runs sign descent at
-#: η / SIGN_STEP_FACTOR for SIGN_STEP_FACTOR times the steps (the same length ηt). Factor 2 rather
-#: than 4 bounds the cost (this run is the page's longest): at η/2 the control already clears the
-#: midpoint on that seed, with less room than at η/4 (0.66, not 0.99).
+#: problems with the check's former design (the statistic at the step T, and as control the same
+#: run's ℓ2 deficit over the smallest one on the ℓ∞ optimal set), statistic and control at the same
+#: length ηt = 300 were 0.086 and 0.43 at η = 0.1 (the control short of the midpoint), 0.040 and
+#: 0.66 at η = 0.05, and 0.016 and 0.99 at η = 0.025. H1 is about that small-step limit, so its check
+#: runs sign descent at η / SIGN_STEP_FACTOR for SIGN_STEP_FACTOR times the steps (the same length
+#: ηt). Factor 2 rather than 4 bounds the cost (this run is the page's longest): at η/2 that control
+#: already cleared the midpoint on that seed, with less room than at η/4 (0.66, not 0.99).
 SIGN_STEP_FACTOR = 2
 #: The bound of every check: half-way between the predicted limit (statistic 0) and the planted
 #: wrong one (statistic 1), so that a run is attributed to the nearer of the two.
