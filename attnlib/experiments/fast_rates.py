@@ -42,6 +42,7 @@ __all__ = [
     "sequence_margins",
     "sequence_sparsity_rates",
     "sparsity_deviation",
+    "sparsity_statistic",
     "budget_gain",
     "feasibility_table",
 ]
@@ -510,6 +511,28 @@ def sparsity_deviation(rates, reference_margins, dx, T: int) -> np.ndarray:
     """
     band = np.log(2 * (T - 1)) / np.asarray(dx, float)
     return np.max(np.abs(np.asarray(rates) - np.asarray(reference_margins)), axis=-1) / band
+
+
+def sparsity_statistic(problems: Sequence[TokenSelectionProblem], rates, refs, dx, T: int) -> float:
+    """Chapter 5's sparsification check: the median over problems of :func:`sparsity_deviation` against ``refs``.
+
+    ``rates`` (S, n) and ``dx`` (S,) from :func:`sequence_sparsity_rates`, ``refs`` (S, size) one
+    reference per problem; a row of NaN (no reference, e.g. an infeasible W-SVM) leaves its problem
+    out. At most 1 where the runs sparsify as the references predict.
+
+    >>> import attnlib as al
+    >>> probs = [r.problem for r in reduced_tokens(3, 4, 8, [0, 1], size=9, family="global")]
+    >>> run = al.train_many(probs, 400, "ngd", 0.5)
+    >>> rates, dx = sequence_sparsity_rates(probs, run.steps, run.theta, 0.5 * run.steps, 80)
+    >>> refs = np.stack([s.theta.ravel() for s in solve_each(probs)])
+    >>> sparsity_statistic(probs, rates, refs, dx, T=4) <= 1
+    True
+    """
+    refs = np.asarray(refs, float)
+    keep = np.all(np.isfinite(refs), axis=1)
+    kept = [p for p, k in zip(problems, keep) if k]
+    deviation = sparsity_deviation(np.asarray(rates)[keep], sequence_margins(kept, refs[keep]), np.asarray(dx)[keep], T)
+    return float(np.median(deviation))
 
 
 def budget_gain(clock: float, factor: float) -> float:
