@@ -620,8 +620,9 @@ def gd_direction(
     candidates = np.flatnonzero(positive & (log_t >= start * log_t[-1]))[:-1]
     # The premise, decided before the comparison: start where every run has selected α (ε ≤
     # max_error); if that never happens, at T^start, where the runs that have not fail.
-    selected = [k for k in candidates if np.all(tail_error_rate(prob, sol.select, theta[k]) <= max_error)]
-    k0 = int(selected[0] if selected else candidates[0])
+    # (the first such record: later ones are not evaluated)
+    selected = (k for k in candidates if np.all(tail_error_rate(prob, sol.select, theta[k]) <= max_error))
+    k0 = int(next(selected, candidates[0]))
     if lr is None:
         path = tail_flow(prob, sol.select, flat[k0], t[k0], t[k0:])
         predicted = path[-1]

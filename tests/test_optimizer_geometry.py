@@ -1,5 +1,6 @@
 """The optimizer-geometry step rules, the engine hook they use, and the chapter's statistics."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,36 @@ def test_plain_horizon_extrapolates_a_logarithmic_growth():
     # far from the midpoint at this horizon, the norm still growing, so the horizon needed is far beyond
     assert h.value > og.MIDPOINT and h.growth > 0 and h.norm > 0
     assert h.log10_steps > 6 and np.isfinite(h.product_early) and np.isfinite(h.product_late)
+
+
+def test_a_longer_rule_resumed_after_the_shared_batch_is_its_own_run():
+    inst = og.instances(seed=3, w_count=2)["random"]
+    svms = og.solve_svms(inst, ["l2", "linf"])
+    rules = {"NGD": ("ngd", 0.1), "Adam": (optim.Adam(), 0.01)}
+    longer = {"sign small": (optim.SignDescent(), 0.05, 120), "Adam long": (optim.Adam(), 0.01, 90)}
+    runs = og.run_optimizers(inst, rules, 60, ["l2", "linf"], svms=svms, longer=longer)
+    alone = og.run_optimizers(inst, {"sign small": longer["sign small"][:2]}, 120, ["l2", "linf"], svms=svms)
+    assert list(runs.trajectories) == ["NGD", "Adam", "sign small", "Adam long"]
+    for label, steps in (("sign small", 120), ("Adam long", 90)):
+        assert runs.trajectories[label].steps.tolist() == og._chapter_records(steps, 12).tolist()
+    assert np.array_equal(runs.trajectories["sign small"].theta, alone.trajectories["sign small"].theta)
+    # the shared part: the same numbers as the rules' own batch
+    short = og.run_optimizers(inst, rules, 60, ["l2", "linf"], svms=svms)
+    assert np.array_equal(runs.trajectories["Adam"].theta, short.trajectories["Adam"].theta)
+
+
+def test_window_statistic_is_one_on_the_svm_ray_and_bounded_by_the_pointwise_mean():
+    inst = og.instances(seed=0, w_count=1)["random"]
+    svms = og.solve_svms(inst, [1.5, "l2"])
+    runs = og.run_optimizers(
+        inst, {"MD": (optim.MirrorDescent(p=1.5, normalized=True), 0.1)}, 400, [1.5, "l2"], svms=svms
+    )
+    assert og.window_steps(400).tolist() == np.unique(np.rint(np.linspace(200, 400, og.WINDOW_POINTS))).tolist()
+    window = np.isin(runs.trajectories["MD"].steps, og.window_steps(400))
+    pointwise = og.member_margin_ratios(runs, "MD", 1.5)[window].mean(axis=0)
+    assert np.all(og.window_margin_ratios(runs, "MD", 1.5) >= pointwise - 1e-12)
+    ray = replace(
+        runs.trajectories["MD"], theta=np.stack([svms[1.5][0].theta[None] * (1 + k) for k in range(len(window))])
+    )
+    runs.trajectories["ray"] = ray
+    assert og.window_margin_ratios(runs, "ray", 1.5) == pytest.approx(1.0, abs=1e-9)

@@ -19,7 +19,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
 import pytest
+from papermill.translators import PythonTranslator
 
 from attnlib.book import page as book_page
 from attnlib.book import run
@@ -508,3 +510,23 @@ def test_a_kernel_draws_figures_into_the_notebook_whatever_the_callers_backend(t
     outputs = json.loads((tmp_path / "out" / "plot.ipynb").read_text())["cells"][0]["outputs"]
     assert any("image/png" in output.get("data", {}) for output in outputs)
     assert os.environ["MPLBACKEND"] == "Agg", "the caller's environment is restored"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
+def test_papermill_reads_every_parameter_the_book_does(chapter):
+    """papermill's own reading of the parameters cell (a regular expression, not a parser) names the same
+    parameters as :func:`run.notebook_parameters`, except a value it cannot read whatever the comment (a string
+    holding ``=``, as ``--grid``'s specs do). A comment it cannot read (one holding ``=``) makes it log "Unable to
+    parse line" on every run, and "Passed unknown parameter" for the parameter it lost, though it still injects
+    the value."""
+
+    def papermill_names(source: str) -> list[str]:
+        return [p.name for p in PythonTranslator.inspect(nbformat.v4.new_code_cell(source))]
+
+    cell = next(c for c in nbformat.read(chapter, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+    lines = [line for line in cell.source.splitlines() if line.strip()]
+    uncommented = [line.split("  #")[0] for line in lines]
+    readable = papermill_names("\n".join(uncommented))
+    assert papermill_names(cell.source) == readable, "a comment in the parameters cell hides a parameter from papermill"
+    unreadable = set(run.notebook_parameters(chapter)) - set(readable)
+    assert all("=" in run.notebook_parameters(chapter)[name].__repr__() for name in unreadable), unreadable

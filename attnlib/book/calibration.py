@@ -68,9 +68,11 @@ THRESHOLDS = (
     Threshold(
         "01_global_convergence",
         "experiments.global_convergence:OFFSET_E_FOLDINGS",
-        "e-foldings of the offset's relaxation that NGD's direction checks need (kappa eta T/2 at least this), "
-        "else not applicable",
-        "raised from 3 to 6 after a draw where 3 e-foldings were not enough for the offset checks",
+        "e-foldings of the offset's relaxation that NGD's direction checks need (kappa eta T/2 at least this, and "
+        "since the redesign after seeds 1000-1049 also (c - 1) eta T/(2M) for the closest non-neighbour), the "
+        "run extended up to a cap, else not applicable",
+        "raised from 3 to 6 after a draw where 3 e-foldings were not enough for the offset checks; the same 6 "
+        "applied to the non-neighbours' fading pull after seed 1000 of the previous evaluation sweep",
         "seed 0 and " + FIRST_SWEEP,
         ("fig1a_offset_exponent", "multi_offset_exponent", "random_offset_exponent", "head_offset_exponent"),
         constant=True,

@@ -19,6 +19,7 @@ __all__ = [
     "fast_rates",
     "real_tokens",
     "factorization",
+    "decoder_and_initialisation",
 ]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.special import expit
 
 from .. import datasets
-from ..metrics import curves, direction_error, normalized_margin
+from ..metrics import curves, direction_error, log_one_minus_mass, normalized_margin
 from ..model import Reduced, TokenSelectionProblem, logistic_regression, reduce_to_span, stack_problems
 from ..optim import Trajectory, log_steps, record_schedule, train_many
 from ..svm import InfeasibleError, MaxMarginSolution, is_locally_optimal, max_margin, svm_feasibility
@@ -39,6 +39,10 @@ __all__ = [
     "off_opt_runs",
     "one_token_off",
     "margins",
+    "sequence_margins",
+    "sequence_sparsity_rates",
+    "sparsity_deviation",
+    "sparsity_statistic",
     "budget_gain",
     "feasibility_table",
 ]
@@ -428,6 +432,107 @@ def margins(problems: Sequence[TokenSelectionProblem], thetas) -> np.ndarray:
     True
     """
     return np.array([float(normalized_margin(p, np.reshape(th, p.shape))) for p, th in zip(problems, thetas)])
+
+
+def sequence_margins(problems: Sequence[TokenSelectionProblem], thetas) -> np.ndarray:
+    """Each sequence's normalised margin of ``opt`` along a reference.
+
+    ``γ_i(θ) = min_{t≠opt_i} ⟨θ, A_i,opt − A_it⟩/‖θ‖``.
+    ``thetas`` (K, size): one reference per problem (reshaped to the problem's parameter shape).
+    Returns (K, n). The minimum over ``i`` is :func:`margins`; along the W-SVM every sequence has
+    ``γ_i(θ_mm) ≥ 1/‖θ_mm‖``, with equality on its support sequences, and along the W-SVM of a
+    selection ``α`` the sequences with ``α_i ≠ opt_i`` have ``γ_i ≤ −1/‖θ_mm(α)‖ < 0``.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.single_input()
+    >>> sol = al.max_margin(prob)
+    >>> bool(abs(sequence_margins([prob], [sol.theta.ravel()])[0, 0] - sol.margin) < 1e-9)
+    True
+    """
+    rows = []
+    for p, th in zip(problems, thetas):
+        theta = np.reshape(th, p.shape)
+        logits = p.logits(theta)
+        gap = logits[np.arange(p.n), p.opt][:, None] - logits
+        gap[np.arange(p.n), p.opt] = np.inf
+        rows.append(gap.min(axis=-1) / np.linalg.norm(theta))
+    return np.array(rows)
+
+
+def sequence_sparsity_rates(problems: Sequence[TokenSelectionProblem], steps, theta, abscissa, start: float):
+    """Each sequence's end-to-end sparsification rate ``Δ(−log(1 − σ_i,opt))/Δx`` over a run's late window.
+
+    From the first record with step ``≥ start`` to the last, problem by problem: ``steps`` (R,) and
+    ``theta`` (R, S, size) are a run's records (column ``k``: problem ``k``), ``abscissa`` (R,) or
+    (R, S) is ``x`` at the records (``η·t`` for NGD, ``‖W_t‖`` for Polyak). Returns
+    ``(rates (S, n), dx (S,))``.
+
+    **The bound** (fixed before the data; chapter 5's identity, sequence by sequence). With
+    ``g_i(W) = min_{t≠opt_i} ⟨W, A_i,opt − A_it⟩`` the smallest logit gap of sequence ``i``, and
+    ``opt_i`` on top (``g_i ≥ 0``), ``(T − 1)e^{−g_i} ≥ 1 − σ_i,opt ≥ e^{−g_i}/2``, so
+    ``−log(1 − σ_i,opt) = g_i + b_i`` with ``b_i ∈ [−log(T − 1), log 2]``. Along a run that has
+    converged in direction, ``W_t = x_t Ŵ + (a bounded offset that no longer moves)``, so
+    ``Δg_i/Δx = γ_i(Ŵ)`` (:func:`sequence_margins`) and every sequence's rate is within
+    ``log(2(T − 1))/Δx`` of ``γ_i(Ŵ)``: :func:`sparsity_deviation` is at most 1.
+
+    >>> import attnlib as al
+    >>> probs = [r.problem for r in reduced_tokens(3, 4, 8, [0, 1], size=9, family="global")]
+    >>> run = al.train_many(probs, 400, "ngd", 0.5)
+    >>> rates, dx = sequence_sparsity_rates(probs, run.steps, run.theta, 0.5 * run.steps, 80)
+    >>> rates.shape, bool(np.all(rates > 0)), bool(np.all((dx > 0) & (dx <= 0.5 * (400 - 80))))
+    ((2, 3), True, True)
+    """
+    steps = np.asarray(steps, float)
+    first = int(np.flatnonzero(steps >= start)[0])
+    if first >= len(steps) - 1:
+        raise ValueError(f"need a record with step >= {start} before the last one")
+    x = np.broadcast_to(np.asarray(abscissa, float).reshape(len(steps), -1), (len(steps), len(problems)))
+    rates, dx = [], []
+    for k, p in enumerate(problems):
+        ends = np.stack([theta[first, k], theta[-1, k]]).reshape((2,) + p.shape)
+        log_mass = log_one_minus_mass(p, ends)  # (2, n), exact in log space
+        dx.append(x[-1, k] - x[first, k])
+        rates.append((log_mass[0] - log_mass[1]) / dx[-1])
+    return np.array(rates), np.array(dx)
+
+
+def sparsity_deviation(rates, reference_margins, dx, T: int) -> np.ndarray:
+    """Each problem's largest ``|rate_i − γ_i(Ŵ)|`` over its sequences, in units of the bound ``log(2(T − 1))/Δx``.
+
+    ``rates`` and ``reference_margins`` (S, n) (:func:`sequence_sparsity_rates`,
+    :func:`sequence_margins`), ``dx`` (S,). At most 1 where the run sparsifies as the reference
+    predicts (the bound of :func:`sequence_sparsity_rates`). Against the W-SVM of a selection one token
+    off, ``γ_j ≤ −1/‖W_mm(α)‖`` in the changed sequence ``j`` while its rate is near
+    ``γ_j(Ŵ_mm) ≥ 1/‖W_mm‖``: the deviation exceeds ``Δx/(‖W_mm‖ log(2(T − 1))) − 1`` by construction.
+    Returns (S,).
+
+    >>> sparsity_deviation([[0.5, 0.7]], [[0.5, 0.69]], [100.0], T=3).round(3).tolist()  # 0.01 / (log 4 / 100)
+    [0.721]
+    """
+    band = np.log(2 * (T - 1)) / np.asarray(dx, float)
+    return np.max(np.abs(np.asarray(rates) - np.asarray(reference_margins)), axis=-1) / band
+
+
+def sparsity_statistic(problems: Sequence[TokenSelectionProblem], rates, refs, dx, T: int) -> float:
+    """Chapter 5's sparsification check: the median over problems of :func:`sparsity_deviation` against ``refs``.
+
+    ``rates`` (S, n) and ``dx`` (S,) from :func:`sequence_sparsity_rates`, ``refs`` (S, size) one
+    reference per problem; a row of NaN (no reference, e.g. an infeasible W-SVM) leaves its problem
+    out. At most 1 where the runs sparsify as the references predict.
+
+    >>> import attnlib as al
+    >>> probs = [r.problem for r in reduced_tokens(3, 4, 8, [0, 1], size=9, family="global")]
+    >>> run = al.train_many(probs, 400, "ngd", 0.5)
+    >>> rates, dx = sequence_sparsity_rates(probs, run.steps, run.theta, 0.5 * run.steps, 80)
+    >>> refs = np.stack([s.theta.ravel() for s in solve_each(probs)])
+    >>> sparsity_statistic(probs, rates, refs, dx, T=4) <= 1
+    True
+    """
+    refs = np.asarray(refs, float)
+    keep = np.all(np.isfinite(refs), axis=1)
+    kept = [p for p, k in zip(problems, keep) if k]
+    deviation = sparsity_deviation(np.asarray(rates)[keep], sequence_margins(kept, refs[keep]), np.asarray(dx)[keep], T)
+    return float(np.median(deviation))
 
 
 def budget_gain(clock: float, factor: float) -> float:

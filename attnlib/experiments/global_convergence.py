@@ -38,6 +38,7 @@ __all__ = [
     "late_offset_ratio",
     "ngd_rate_tolerance",
     "descent_ratio",
+    "closest_non_neighbour",
     "offset_relaxation_reason",
     "offset_check_horizon",
     "ngd_check_record",
@@ -252,44 +253,93 @@ def descent_ratio(prob: TokenSelectionProblem, theta_mm, theta) -> float:
 
 
 # e-foldings of the offset's relaxation after mid-run that NGD's direction checks need (κ η T/2 ≥ this);
-# raised from 3 to 6 after a draw where 3 was not enough (see attnlib.book.calibration).
+# raised from 3 to 6 after a draw where 3 was not enough (see attnlib.book.calibration). The same count is
+# asked of the closest non-neighbour's fading pull ((c − 1) η T/(2M) ≥ this): one rule, no new constant.
 OFFSET_E_FOLDINGS = 6
+
+
+def closest_non_neighbour(sol) -> float:
+    """The smallest SVM constraint value ``c = ⟨θ_mm, d_it⟩`` over the non-selected tokens that are not
+    SVM-neighbours (``inf`` when every non-selected token is a neighbour): the slowest-fading pull.
+
+    >>> import attnlib as al
+    >>> closest_non_neighbour(al.max_margin(al.datasets.loss_study(3.0)))   # both tokens are neighbours
+    inf
+    """
+    others = np.arange(sol.neighbors.shape[1])[None, :] != np.asarray(sol.select)[:, None]
+    values = np.asarray(sol.constraint_values)[others & ~np.asarray(sol.neighbors, bool)]
+    return float(values.min()) if values.size else float("inf")
+
+
+def _relaxations(prob: TokenSelectionProblem, sol, T, lr: float) -> tuple[float, float, float, float]:
+    """``(κ, κηT/2, c, (c − 1)ηT/(2M))``: the e-foldings after mid-run of the neighbours' relaxation
+    (``inf`` with fewer than two neighbours: nothing to relax) and of the closest non-neighbour's pull."""
+    kappa = offset_equilibrium(prob, sol)[1]
+    neighbours = kappa * lr * T / 2 if sol.neighbors.sum() >= 2 else np.inf
+    c = closest_non_neighbour(sol)
+    fading = (c - 1) * lr * T / (2 * np.linalg.norm(sol.theta))
+    return kappa, neighbours, c, fading
 
 
 def offset_relaxation_reason(prob: TokenSelectionProblem, sol, T: int, lr: float) -> str | None:
     """Why NGD's direction checks do not apply at horizon ``T``, or ``None``: decided from the SVM.
 
-    With at least two SVM-neighbours the offset relaxes to its limit like ``e^{−κ a}``
-    (:func:`offset_equilibrium`) with ``a ≈ ηT``; the check needs ``κ η T/2 ≥ 6`` (six e-foldings
-    after mid-run). A single neighbour has ``κ = 0`` and nothing to relax: the check applies.
+    Two sources move the offset after mid-run; each needs ``OFFSET_E_FOLDINGS`` (6) e-foldings
+    of its decay over ``[T/2, T]`` (``a ≈ ηt`` under NGD, ``M = ‖θ_mm‖``):
+
+    - the SVM-neighbours (at least two): the offset relaxes to its limit like ``e^{−κ a}``
+      (:func:`offset_equilibrium`), so ``κ η T/2 ≥ 6``. A single neighbour has ``κ = 0`` and nothing
+      to relax.
+    - the closest non-neighbour, constraint value ``c > 1`` (:func:`closest_non_neighbour`): its pull
+      on the offset, relative to the neighbours', fades like ``e^{−(c − 1) a/M}``, so the offset still
+      moves by a share ``e^{−λt}`` of that pull's whole effect, ``λ = (c − 1)η/M``. An offset driven
+      from 0 by this one term, ``q(t) = q_∞(1 − e^{−λt})``, has over ``[T/2, T]`` (the norm doubles)
+      the growth exponent ``log₂(1 + e^{−λT/2})``: 1 for ``λT → 0``, as for a wrong direction. The
+      rule asks ``λT/2 = (c − 1)ηT/(2M) ≥ 6``, which leaves ``log₂(1 + e^{−6}) ≈ 0.004`` of the
+      check's bound 1/2.
+
+    >>> import attnlib as al
+    >>> prob = al.datasets.loss_study(3.0)   # two neighbours, kappa = 1, no non-neighbour
+    >>> offset_relaxation_reason(prob, al.max_margin(prob), 120, 0.1) is None
+    True
     """
-    kappa = offset_equilibrium(prob, sol)[1]
-    relaxation = kappa * lr * T / 2
-    if sol.neighbors.sum() >= 2 and not relaxation >= OFFSET_E_FOLDINGS:
-        return (
+    kappa, neighbours, c, fading = _relaxations(prob, sol, T, lr)
+    reasons = []
+    if not neighbours >= OFFSET_E_FOLDINGS:
+        reasons.append(
             f"offset relaxation rate kappa = {kappa:.3g} (>= 2 SVM-neighbours): kappa * eta * T/2 = "
-            f"{relaxation:.2f} < {OFFSET_E_FOLDINGS}, the offset is still travelling to its limit at T = {T}"
+            f"{neighbours:.2f} < {OFFSET_E_FOLDINGS}, the offset is still travelling to its limit at T = {T}"
         )
-    return None
+    if not fading >= OFFSET_E_FOLDINGS:
+        reasons.append(
+            f"closest non-neighbour c = {c:.5g}: (c - 1) * eta * T/(2M) = {fading:.2f} < {OFFSET_E_FOLDINGS}, "
+            f"its fading pull still moves the offset at T = {T} (alone it gives the exponent "
+            f"log2(1 + exp(-{fading:.2f})) = {np.log2(1 + np.exp(-fading)):.2f})"
+        )
+    return "; ".join(reasons) or None
 
 
 def offset_check_horizon(prob: TokenSelectionProblem, sol, base: int, lr: float, cap: int = 4) -> int:
     """NGD steps the direction checks need, decided from the SVM alone: ``base``, or more.
 
-    With at least two SVM-neighbours the offset relaxes at the rate ``κ`` of
-    :func:`offset_equilibrium`; six e-foldings after mid-run need ``κ η T/2 ≥ 6``, so the horizon is
-    ``max(base, 12/(κη))``, at most ``cap·base`` (beyond it :func:`offset_relaxation_reason` reports
-    the check as not applicable). With one neighbour: ``base``.
+    Six e-foldings after mid-run (:func:`offset_relaxation_reason`) of the neighbours' relaxation
+    (at least two neighbours, rate ``κ`` of :func:`offset_equilibrium`: ``κ η T/2 ≥ 6``) and of the
+    closest non-neighbour's pull (``(c − 1) η T/(2M) ≥ 6``), so the horizon is
+    ``max(base, 12/(κη), 12 M/((c − 1)η))``, at most ``cap·base`` (beyond it
+    :func:`offset_relaxation_reason` reports the check as not applicable).
 
     >>> import attnlib as al
     >>> prob = al.datasets.loss_study(3.0)   # two neighbours, κ = 1
     >>> offset_check_horizon(prob, al.max_margin(prob), 100, 0.1)
     120
     """
-    if sol.neighbors.sum() < 2:
-        return int(base)
-    kappa = offset_equilibrium(prob, sol)[1]
-    return int(min(max(base, np.ceil(2 * OFFSET_E_FOLDINGS / (kappa * lr))), cap * base))
+    need = [base]
+    if sol.neighbors.sum() >= 2:
+        need.append(np.ceil(2 * OFFSET_E_FOLDINGS / (offset_equilibrium(prob, sol)[1] * lr)))
+    c = closest_non_neighbour(sol)
+    if np.isfinite(c):
+        need.append(np.ceil(2 * OFFSET_E_FOLDINGS * np.linalg.norm(sol.theta) / ((c - 1) * lr)))
+    return int(min(max(need), cap * base))
 
 
 def ngd_check_record(prob: TokenSelectionProblem, sol, figure_record, steps: int, base: int, lr: float) -> np.ndarray:

@@ -158,3 +158,33 @@ def test_logistic_descent_rejects_a_bad_method_and_record():
         ex.logistic_descent(data, 10, "gd", 1.0, record=[0, 20])
     with pytest.raises(ValueError, match="lr"):
         ex.logistic_descent(data, 10, "gd", float("inf"))
+
+
+# ------------------------------------------------------- the sequence-by-sequence sparsification check
+def test_sequence_margins_and_the_one_token_off_svm():
+    probs = [r.problem for r in al.experiments.fast_rates.reduced_tokens(6, 8, 10, [3, 4], size=42, family="global")]
+    sols = al.experiments.fast_rates.solve_each(probs)
+    refs = [s.theta.ravel() for s in sols]
+    per_seq = al.experiments.fast_rates.sequence_margins(probs, refs)
+    np.testing.assert_allclose(per_seq.min(axis=1), al.experiments.fast_rates.margins(probs, refs))
+    assert np.all(per_seq >= np.array([s.margin for s in sols])[:, None] * (1 - 1e-6))  # every sequence >= 1/|W_mm|
+    for p in probs:
+        alpha = al.experiments.fast_rates.one_token_off(p)
+        wrong = al.experiments.fast_rates.solve_each([p], select=alpha)[0]
+        gamma = al.experiments.fast_rates.sequence_margins([p], [wrong.theta.ravel()])[0]
+        assert gamma[0] <= -wrong.margin * (1 - 1e-6)  # opt below alpha_0 in the changed sequence
+
+
+def test_sequence_sparsity_rates_follow_the_margins_within_the_bound_and_the_wrong_svm_does_not():
+    ex = al.experiments.fast_rates
+    probs = [r.problem for r in ex.reduced_tokens(6, 8, 10, [0, 1, 2], size=42, family="global")]
+    sols = ex.solve_each(probs)
+    run = al.train_many(probs, 1500, "ngd", 0.2)
+    rates, dx = ex.sequence_sparsity_rates(probs, run.steps, run.theta, 0.2 * run.steps, 300)
+    refs = np.stack([s.theta.ravel() for s in sols])
+    dev = ex.sparsity_deviation(rates, ex.sequence_margins(probs, refs), dx, T=8)
+    assert np.median(dev) <= 1
+    wrong = np.stack([ex.solve_each([p], select=ex.one_token_off(p))[0].theta.ravel() for p in probs])
+    wrong_dev = ex.sparsity_deviation(rates, ex.sequence_margins(probs, wrong), dx, T=8)
+    bound = dx / (np.log(14) / np.array([s.margin for s in sols]))  # dx / (|W_mm| log(2(T - 1)))
+    assert np.all(wrong_dev[dev <= 1] > bound[dev <= 1] - 1) and np.all(wrong_dev > 1)

@@ -124,8 +124,24 @@ def test_offset_relaxation_reason_only_for_two_neighbours_and_a_short_horizon():
     )  # 1 * 0.1 * 120 / 2 = 6
     reason = al.experiments.global_convergence.offset_relaxation_reason(prob, sol, 100, 0.1)
     assert reason is not None and "kappa = 1" in reason and "5.00 < 6" in reason
-    single = al.datasets.single_input()  # one neighbour: nothing to relax
-    assert al.experiments.global_convergence.offset_relaxation_reason(single, al.max_margin(single), 10, 0.1) is None
+    single = al.datasets.single_input()  # one neighbour: nothing to relax (and the non-neighbour at c = 1.099)
+    assert al.experiments.global_convergence.offset_relaxation_reason(single, al.max_margin(single), 1300, 0.1) is None
+
+
+def test_the_closest_non_neighbour_needs_six_e_foldings_too():
+    ex = al.experiments.global_convergence
+    single = al.datasets.single_input()  # Fig. 1(a): one neighbour, the other token at c = 1.099
+    sol = al.max_margin(single)
+    c, M = ex.closest_non_neighbour(sol), np.linalg.norm(sol.theta)
+    assert c == pytest.approx(1.0990099, rel=1e-6)
+    need = int(np.ceil(2 * ex.OFFSET_E_FOLDINGS * M / ((c - 1) * 0.1)))  # (c - 1) eta T / (2M) = 6
+    assert ex.offset_check_horizon(single, sol, 1000, 0.1) == need
+    assert ex.offset_check_horizon(single, sol, 100, 0.1) == 400  # capped at 4 * base
+    assert ex.offset_relaxation_reason(single, sol, need, 0.1) is None
+    reason = ex.offset_relaxation_reason(single, sol, need - 10, 0.1)
+    assert reason is not None and "closest non-neighbour c = 1.099" in reason and "kappa" not in reason
+    both = al.datasets.loss_study(3.0)  # every non-selected token a neighbour: no non-neighbour
+    assert ex.closest_non_neighbour(al.max_margin(both)) == np.inf
 
 
 def test_norm_log_slope_reaches_M_on_neighbours_only_data():
