@@ -16,7 +16,8 @@ tall. The style is chosen so that:
 - **Legends** have an opaque-enough frame (``framealpha``) so that where they sit over data the
   lines beneath do not run through their text; lines share one width.
 - **Speed**: every Agg renderer shares one mathtext parser (:func:`share_mathtext_parses`), so a
-  tick label such as ``$10^{-2}$`` is parsed once per page, not once per figure; same pixels.
+  tick label such as ``$10^{-2}$`` is parsed once per page, not once per figure; same pixels. An
+  inline figure is drawn once, not twice (:mod:`attnlib.book.render`); the same PNG bytes.
 
 >>> import matplotlib
 >>> with matplotlib.rc_context():  # a doctest leaves the test process's style alone
@@ -34,6 +35,8 @@ import matplotlib
 from matplotlib.backends import backend_agg
 from matplotlib.mathtext import MathTextParser
 
+from .render import install_inline
+
 __all__ = [
     "COLUMN_PX",
     "COLUMN_INCHES",
@@ -47,6 +50,7 @@ __all__ = [
     "use",
 ]
 
+INLINE_BACKENDS = ("inline", "module://matplotlib_inline.backend_inline")
 COLUMN_PX = 672  # CSS px: the book theme's content column at a 1280 px window
 COLUMN_INCHES = 11.0  # the widest figure shown at full scale (the chapters' figures are 9-11 in wide)
 FIGURE_DPI = COLUMN_PX / COLUMN_INCHES  # CSS px per figure inch (about 61)
@@ -100,7 +104,9 @@ def explorer_dpi(figure_inches: float) -> float:
 
 
 def _retina_inline_figures() -> None:
-    """In an IPython kernel with the inline backend: PNGs at twice the dpi, declared at half size."""
+    """In an IPython kernel with the inline backend: PNGs at twice the dpi, declared at half size,
+    each drawn once (:func:`attnlib.book.render.install_inline`: the same bytes as IPython's tight
+    crop, one layout pass fewer)."""
     try:
         from IPython import get_ipython
     except ImportError:  # attnlib works without Jupyter
@@ -111,7 +117,13 @@ def _retina_inline_figures() -> None:
         from matplotlib_inline.config import InlineBackend
     except ImportError:
         return
+    if matplotlib.get_backend(auto_select=False) in INLINE_BACKENDS:
+        # Activate the inline backend now (importing it does, as a kernel's first figure would): its
+        # activation selects IPython's own figure formatters, which would replace the one installed
+        # below if it came later.
+        import matplotlib_inline.backend_inline  # noqa: F401
     InlineBackend.instance().figure_formats = {"retina"}
+    install_inline()
 
 
 class _SharedMathtextParser:
