@@ -37,6 +37,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from .render import tight_png
 from .style import COLUMN_PX, explorer_dpi
 
 __all__ = [
@@ -81,20 +82,13 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
     """
     import matplotlib.pyplot as plt
 
-    pad = plt.rcParams["savefig.pad_inches"]
     if dpi is None:
         dpi = picture_dpi(fig)
-    crop = "tight"
-    if fig.get_layout_engine() is None:
-        # The crop measured once, at the picture's dpi: bbox_inches="tight" costs savefig a layout pass
-        # (a draw without rendering) before it measures the same box. A layout engine (constrained
-        # layout) moves the axes during that pass, so such a figure keeps "tight".
-        fig.set_dpi(dpi)
-        crop = fig.get_tightbbox().padded(pad)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches=crop)
+    # savefig(bbox_inches="tight")'s bytes with one draw: the layout engine run and the crop measured
+    # at the picture's dpi, then drawn once (attnlib.book.render).
+    png = tight_png(fig, dpi)
     plt.close(fig)
-    return buf.getvalue()
+    return png
 
 
 def image_slider(
