@@ -34,10 +34,12 @@ from binascii import b2a_base64
 
 import matplotlib
 from matplotlib import cbook
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import fontManager, get_font
 from matplotlib.layout_engine import ConstrainedLayoutEngine, PlaceHolderLayoutEngine, TightLayoutEngine
 
-__all__ = ["tight_png", "one_pass", "retina_png", "install_inline"]
+__all__ = ["tight_png", "one_pass", "retina_png", "install_inline", "share_font_heights"]
 
 # Engines whose ``execute`` is all that the layout pass does to the figure before it is measured.
 _KNOWN_ENGINES = (type(None), PlaceHolderLayoutEngine, TightLayoutEngine, ConstrainedLayoutEngine)
@@ -150,3 +152,49 @@ def install_inline(shell=None) -> bool:
     formatter = shell.display_formatter.formatters["image/png"]
     formatter.for_type(Figure, functools.partial(retina_png, base64=True, **backend.print_figure_kwargs))
     return True
+
+
+# The tables Text._get_layout reads a font's line height from, in its order (matplotlib 3.11).
+_HEIGHT_TABLES = (
+    ("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
+    ("hhea", "lineGap", "ascent", "descent"),
+)
+
+
+def _font_height_metrics(renderer, fontprops):
+    """``(ascent, descent, line gap)`` in pixels of ``fontprops``' font at the renderer's dpi, as
+    ``Text._get_layout`` computes them from the font's tables, kept per renderer and font.
+
+    ``Text._get_layout`` asks a renderer for these (the hook the PDF and PS backends use for AFM
+    fonts) before computing them itself: a font lookup and two table copies on every call, and a
+    tick label's layout is computed several times per draw (its box, the axis label's position, the
+    crop). A renderer lives for one draw at one dpi, so the values are the same: the same pixels.
+    """
+    cache = renderer.__dict__.setdefault("_font_heights", {})
+    key = hash(fontprops)  # FontProperties compare equal by this hash (matplotlib's own caches)
+    if key not in cache:
+        font = get_font(fontManager._find_fonts_by_props(fontprops))
+        cache[key] = (None, None, None)  # no table: _get_layout measures "lp" instead
+        for table_name, gap_key, ascent_key, descent_key in _HEIGHT_TABLES:
+            table = font.get_sfnt_table(table_name)
+            if table is None:
+                continue
+            # _get_layout's expression, with the figure's dpi: the renderer's, which it was made at
+            scale = 1 / font.get_sfnt_table("head")["unitsPerEm"] * fontprops.get_size_in_points() * renderer.dpi / 72
+            cache[key] = (table[ascent_key] * scale, -table[descent_key] * scale, table[gap_key] * scale)
+            break
+    return cache[key]
+
+
+def share_font_heights() -> bool:
+    """Give Agg renderers :func:`_font_height_metrics` (idempotent); ``False`` where matplotlib's
+    renderer already has such a method (a matplotlib other than the one this copies).
+
+    >>> share_font_heights() in (True, False)
+    True
+    """
+    existing = getattr(RendererAgg, "_get_font_height_metrics", None)
+    if existing is None:
+        RendererAgg._get_font_height_metrics = _font_height_metrics
+        return True
+    return existing is _font_height_metrics

@@ -17,7 +17,8 @@ tall. The style is chosen so that:
   lines beneath do not run through their text; lines share one width.
 - **Speed**: every Agg renderer shares one mathtext parser (:func:`share_mathtext_parses`), so a
   tick label such as ``$10^{-2}$`` is parsed once per page, not once per figure; same pixels. An
-  inline figure is drawn once, not twice (:mod:`attnlib.book.render`); the same PNG bytes.
+  inline figure is drawn once, not twice, and a renderer reads a font's line height once, not on
+  every text layout (:mod:`attnlib.book.render`); the same PNG bytes.
 
 >>> import matplotlib
 >>> with matplotlib.rc_context():  # a doctest leaves the test process's style alone
@@ -35,7 +36,7 @@ import matplotlib
 from matplotlib.backends import backend_agg
 from matplotlib.mathtext import MathTextParser
 
-from .render import install_inline
+from .render import install_inline, share_font_heights
 
 __all__ = [
     "COLUMN_PX",
@@ -165,12 +166,14 @@ def share_mathtext_parses() -> None:
 
 
 def use() -> dict:
-    """Apply the book's style (:data:`RC_PARAMS`, retina inline figures, one mathtext parser for every
-    figure: :func:`share_mathtext_parses`); return the rcParams set.
+    """Apply the book's style (:data:`RC_PARAMS`, retina inline figures drawn once, one mathtext parser
+    for every figure: :func:`share_mathtext_parses`, font heights kept per renderer:
+    :func:`attnlib.book.render.share_font_heights`); return the rcParams set.
 
     Call it in a chapter's import cell, after ``import matplotlib.pyplot``: ``al.book.style.use()``.
     """
     matplotlib.rcParams.update(RC_PARAMS)
     _retina_inline_figures()
     share_mathtext_parses()
+    share_font_heights()
     return dict(RC_PARAMS)

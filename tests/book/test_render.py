@@ -4,6 +4,7 @@ import io
 from types import SimpleNamespace
 
 import matplotlib
+import matplotlib.font_manager
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -125,6 +126,28 @@ def matplotlib_tight(fig, dpi=DPI) -> bytes:
 def test_tight_png_is_matplotlibs_tight_crop_byte_for_byte(draw):
     """Each path renders its own fresh figure: the state the inline backend renders."""
     assert render.tight_png(draw(), DPI) == matplotlib_tight(draw())
+
+
+@pytest.mark.parametrize("draw", [legend_outside, suptitle_tight_layout, constrained], ids=lambda d: d.__name__)
+def test_font_heights_kept_per_renderer_give_the_same_bytes(draw, monkeypatch):
+    """share_font_heights gives RendererAgg the hook Text._get_layout asks first: the same PNG with
+    and without it (a renderer other than Agg, or a matplotlib whose Agg has the hook, keeps its own)."""
+    assert render.share_font_heights()
+    with_hook = matplotlib_tight(draw())
+    monkeypatch.delattr(render.RendererAgg, "_get_font_height_metrics")
+    assert with_hook == matplotlib_tight(draw())
+    # The control: the hook is what the layout reads (taller lines move the text).
+    monkeypatch.setattr(
+        render.RendererAgg,
+        "_get_font_height_metrics",
+        lambda renderer, fontprops: tuple(1.5 * v for v in render._font_height_metrics(renderer, fontprops)),
+        raising=False,
+    )
+    assert matplotlib_tight(draw()) != with_hook
+    renderer = render.RendererAgg(10, 10, DPI)
+    ascent, descent, gap = render._font_height_metrics(renderer, matplotlib.font_manager.FontProperties(size=11))
+    assert ascent > descent > 0 and gap >= 0
+    assert renderer._font_heights  # kept on the renderer
 
 
 def test_tight_png_controls_another_crop_and_the_box_measured_before_the_layout():
