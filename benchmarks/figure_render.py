@@ -1,4 +1,4 @@
-"""Inline figures to PNG: :func:`attnlib.book.render.tight_png` against matplotlib's tight path.
+"""Inline figures to PNG: :func:`attnlib.book.style.tight_png` against matplotlib's tight path.
 
     python benchmarks/figure_render.py [NOTEBOOK ...] [--repeats 3] [--out benchmarks/results/figure_render.json]
 
@@ -6,7 +6,7 @@ Each notebook runs in this process, inside an IPython shell with the inline back
 ``benchmarks/book_profile.py``), keeping every figure the backend shows. Then, for each figure, at
 the inline resolution (twice ``figure.dpi``):
 
-- **same picture**: the PNG of :func:`~attnlib.book.render.tight_png` against
+- **same picture**: the PNG of :func:`~attnlib.book.style.tight_png` against
   ``print_figure(..., bbox_inches="tight")`` (what IPython's inline backend calls): equal bytes, or
   else the size and the largest pixel difference are reported;
 - **time**: both paths rendered alternately ``--repeats`` times after one warm-up render each, in
@@ -36,7 +36,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from attnlib.book.render import tight_png  # noqa: E402
+from attnlib.book.style import tight_png  # noqa: E402
 
 DEFAULT_NOTEBOOKS = ("03_local_convergence", "04_joint_training", "07_factorization")
 

@@ -37,8 +37,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from .render import tight_png
-from .style import COLUMN_PX, explorer_dpi
+from .style import COLUMN_PX, explorer_dpi, tight_png
 
 __all__ = [
     "figure_png",
@@ -85,7 +84,7 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
     if dpi is None:
         dpi = picture_dpi(fig)
     # savefig(bbox_inches="tight")'s bytes with one draw: the layout engine run and the crop measured
-    # at the picture's dpi, then drawn once (attnlib.book.render).
+    # at the picture's dpi, then drawn once (attnlib.book.style.tight_png).
     png = tight_png(fig, dpi)
     plt.close(fig)
     return png

@@ -1,4 +1,4 @@
-"""attnlib.book.render: inline figures drawn once, with the bytes of matplotlib's tight crop."""
+"""attnlib.book.style (rendering): inline figures drawn once, with the bytes of matplotlib's tight crop."""
 
 import io
 from types import SimpleNamespace
@@ -15,7 +15,7 @@ from IPython.core.formatters import DisplayFormatter
 from matplotlib.figure import Figure
 from matplotlib_inline.config import InlineBackend
 
-from attnlib.book import render, style
+from attnlib.book import style
 
 DPI = 2 * style.FIGURE_DPI  # the inline backend's retina resolution
 
@@ -125,27 +125,27 @@ def matplotlib_tight(fig, dpi=DPI) -> bytes:
 @pytest.mark.parametrize("draw", KINDS, ids=lambda draw: draw.__name__)
 def test_tight_png_is_matplotlibs_tight_crop_byte_for_byte(draw):
     """Each path renders its own fresh figure: the state the inline backend renders."""
-    assert render.tight_png(draw(), DPI) == matplotlib_tight(draw())
+    assert style.tight_png(draw(), DPI) == matplotlib_tight(draw())
 
 
 @pytest.mark.parametrize("draw", [legend_outside, suptitle_tight_layout, constrained], ids=lambda d: d.__name__)
 def test_font_heights_kept_per_renderer_give_the_same_bytes(draw, monkeypatch):
     """share_font_heights gives RendererAgg the hook Text._get_layout asks first: the same PNG with
     and without it (a renderer other than Agg, or a matplotlib whose Agg has the hook, keeps its own)."""
-    assert render.share_font_heights()
+    assert style.share_font_heights()
     with_hook = matplotlib_tight(draw())
-    monkeypatch.delattr(render.RendererAgg, "_get_font_height_metrics")
+    monkeypatch.delattr(style.RendererAgg, "_get_font_height_metrics")
     assert with_hook == matplotlib_tight(draw())
     # The control: the hook is what the layout reads (taller lines move the text).
     monkeypatch.setattr(
-        render.RendererAgg,
+        style.RendererAgg,
         "_get_font_height_metrics",
-        lambda renderer, fontprops: tuple(1.5 * v for v in render._font_height_metrics(renderer, fontprops)),
+        lambda renderer, fontprops: tuple(1.5 * v for v in style._font_height_metrics(renderer, fontprops)),
         raising=False,
     )
     assert matplotlib_tight(draw()) != with_hook
-    renderer = render.RendererAgg(10, 10, DPI)
-    ascent, descent, gap = render._font_height_metrics(renderer, matplotlib.font_manager.FontProperties(size=11))
+    renderer = style.RendererAgg(10, 10, DPI)
+    ascent, descent, gap = style._font_height_metrics(renderer, matplotlib.font_manager.FontProperties(size=11))
     assert ascent > descent > 0 and gap >= 0
     assert renderer._font_heights  # kept on the renderer
 
@@ -153,7 +153,7 @@ def test_font_heights_kept_per_renderer_give_the_same_bytes(draw, monkeypatch):
 def test_tight_png_controls_another_crop_and_the_box_measured_before_the_layout():
     """The comparison above can fail: another pad, and what measuring the box before running the
     layout engine (the shortcut ``widgets.figure_png`` used to skip for a layout engine) gives."""
-    assert render.tight_png(constrained(), DPI, pad_inches=0.2) != matplotlib_tight(constrained())
+    assert style.tight_png(constrained(), DPI, pad_inches=0.2) != matplotlib_tight(constrained())
     fig = constrained()
     early = io.BytesIO()
     box = fig.get_tightbbox().padded(matplotlib.rcParams["savefig.pad_inches"])
@@ -173,7 +173,7 @@ def test_tight_png_draws_once_and_leaves_the_layout_engine():
 
     Figure.draw = counting
     try:
-        render.tight_png(fig, DPI)
+        style.tight_png(fig, DPI)
         assert len(draws) == 1
         draws.clear()
         matplotlib_tight(constrained())
@@ -184,25 +184,25 @@ def test_tight_png_draws_once_and_leaves_the_layout_engine():
 
 
 def test_one_pass_refuses_what_it_does_not_know():
-    assert render.one_pass(legend_outside()) and render.one_pass(constrained())
-    assert not render.one_pass(subfigures())
+    assert style.one_pass(legend_outside()) and style.one_pass(constrained())
+    assert not style.one_pass(subfigures())
     with matplotlib.rc_context({"figure.autolayout": True}):
-        assert not render.one_pass(plt.figure())
+        assert not style.one_pass(plt.figure())
 
 
 def test_retina_png_is_ipythons_retina_figure():
     """The same base64 PNG and the same metadata (width and height declared at half size)."""
-    ours = render.retina_png(suptitle_tight_layout(), base64=True, bbox_inches="tight")
+    ours = style.retina_png(suptitle_tight_layout(), base64=True, bbox_inches="tight")
     theirs = pylabtools.retina_figure(suptitle_tight_layout(), base64=True, bbox_inches="tight")
     assert ours == theirs
-    width, height = render._png_size(io.BytesIO(matplotlib_tight(suptitle_tight_layout())).getvalue())
+    width, height = style._png_size(io.BytesIO(matplotlib_tight(suptitle_tight_layout())).getvalue())
     assert ours[1] == {"width": width // 2, "height": height // 2}
-    assert render.retina_png(plt.figure()) is None  # an empty figure shows nothing, as in IPython
+    assert style.retina_png(plt.figure()) is None  # an empty figure shows nothing, as in IPython
 
 
 def test_retina_png_other_options_go_through_ipython():
     fig = legend_outside()
-    ours = render.retina_png(fig, bbox_inches=None)
+    ours = style.retina_png(fig, bbox_inches=None)
     assert ours == pylabtools.retina_figure(legend_outside(), bbox_inches=None)
 
 
@@ -212,11 +212,11 @@ def test_install_inline_replaces_the_retina_formatter_only():
     saved = set(backend.figure_formats)
     try:
         backend.figure_formats = {"png"}
-        assert not render.install_inline(shell)  # a plain PNG: IPython's own
+        assert not style.install_inline(shell)  # a plain PNG: IPython's own
         backend.figure_formats = {"retina"}
-        assert render.install_inline(shell)
+        assert style.install_inline(shell)
         printer = shell.display_formatter.formatters["image/png"].lookup_by_type(Figure)
-        assert printer.func is render.retina_png and printer.keywords["base64"] is True
+        assert printer.func is style.retina_png and printer.keywords["base64"] is True
         data, metadata = shell.display_formatter.formatters["image/png"](legend_outside())
         assert data == pylabtools.retina_figure(legend_outside(), base64=True)[0]
     finally:
