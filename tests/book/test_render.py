@@ -1,6 +1,8 @@
 """attnlib.book.style (rendering): inline figures drawn once, with the bytes of matplotlib's tight crop."""
 
+import importlib.util
 import io
+from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib
@@ -221,3 +223,14 @@ def test_install_inline_replaces_the_retina_formatter_only():
         assert data == pylabtools.retina_figure(legend_outside(), base64=True)[0]
     finally:
         backend.figure_formats = saved
+
+
+def test_figure_render_benchmark_compares_bytes_and_times_both_paths():
+    """benchmarks/figure_render.py on one figure (a smoke test: no time is asserted)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "figure_render.py"
+    spec = importlib.util.spec_from_file_location("figure_render", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    row = benchmark.compare(constrained(), repeats=1)
+    assert row["same_bytes"] and row["max_pixel_difference"] == 0 and row["size"] == row["size_matplotlib"]
+    assert row["one_draw_cpu_s"] > 0 and row["matplotlib_cpu_s"] > 0 and row["ratio"] > 0
