@@ -37,7 +37,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from .style import COLUMN_PX, explorer_dpi
+from .style import COLUMN_PX, explorer_dpi, tight_png
 
 __all__ = [
     "figure_png",
@@ -81,20 +81,13 @@ def figure_png(fig, dpi: float | None = None) -> bytes:
     """
     import matplotlib.pyplot as plt
 
-    pad = plt.rcParams["savefig.pad_inches"]
     if dpi is None:
         dpi = picture_dpi(fig)
-    crop = "tight"
-    if fig.get_layout_engine() is None:
-        # The crop measured once, at the picture's dpi: bbox_inches="tight" costs savefig a layout pass
-        # (a draw without rendering) before it measures the same box. A layout engine (constrained
-        # layout) moves the axes during that pass, so such a figure keeps "tight".
-        fig.set_dpi(dpi)
-        crop = fig.get_tightbbox().padded(pad)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches=crop)
+    # savefig(bbox_inches="tight")'s bytes with one draw: the layout engine run and the crop measured
+    # at the picture's dpi, then drawn once (attnlib.book.style.tight_png).
+    png = tight_png(fig, dpi)
     plt.close(fig)
-    return buf.getvalue()
+    return png
 
 
 def image_slider(

@@ -87,9 +87,10 @@ def run_chapter_live(tmp_path, monkeypatch, notebook_name, probe, **small):
 
 @pytest.mark.parametrize("layout", [None, "constrained"])
 def test_figure_png_is_savefig_with_a_tight_crop_byte_for_byte(layout):
-    """figure_png measures the crop itself (one layout pass fewer than bbox_inches="tight"): the same
-    PNG as savefig's tight crop at the explorer dpi, for a tight-layout figure with mathtext, a legend
-    and a title, and for a constrained-layout one (which keeps "tight")."""
+    """figure_png measures the crop itself (one layout pass fewer than bbox_inches="tight",
+    attnlib.book.style): the same PNG as savefig's tight crop at the explorer dpi, for a tight-layout
+    figure with mathtext, a legend and a title, and for a constrained-layout one (its layout run
+    before the crop is measured)."""
 
     def draw():
         fig, axes = plt.subplots(1, 2, figsize=(5, 2), layout=layout)
