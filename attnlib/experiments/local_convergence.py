@@ -1005,6 +1005,128 @@ def step_size_basins(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class BoundaryPairs:
+    """GD at 1/L, a large step and NGD from a pair of starts just outside GD's band around the flow's basin boundary.
+
+    Attributes:
+        crossing: (3,) where the flow's basin boundary crosses the line of starts (to ``±half_width``).
+        half_width: half the bracket the flow's bisection left around ``crossing``, along the line.
+        incidence: ``|n·u|``, ``n`` :func:`transverse_direction` at ``crossing``, ``u`` the line's direction.
+        product, control_product: the ``η·L`` of the test (at most 1) and of the control (above 1).
+        band: :func:`discretisation_band` of GD at ``product`` from ``crossing``.
+        distance: how far along the line the pair sits from ``crossing``:
+            ``(1 + next_order)·band/incidence + half_width``.
+        flow, gd, control, ngd: (2,) the basin (token of the single input) each sends the pair to, the
+            start on the line's first side first: gradient flow, GD at ``product``, GD at ``control_product``, NGD.
+    """
+
+    crossing: np.ndarray
+    half_width: float
+    incidence: float
+    product: float
+    control_product: float
+    band: float
+    distance: float
+    flow: np.ndarray
+    gd: np.ndarray
+    control: np.ndarray
+    ngd: np.ndarray
+
+    def moved(self, labels) -> int:
+        """How many of the pair ``labels`` (2,) puts in another basin than the flow does."""
+        return int(np.sum(np.asarray(labels) != self.flow))
+
+
+def boundary_pairs(
+    prob: TokenSelectionProblem,
+    line,
+    product: float,
+    control_product: float,
+    steps: int,
+    ngd_lr: float,
+    ngd_steps: int,
+    curvature_ratio: float,
+    refine_points: int = 7,
+    refine_rounds: int = 2,
+    t_max: float = 1e15,
+    rtol: float = 1e-6,
+) -> BoundaryPairs | None:
+    """Two starts just outside GD's discretisation band, one on each side of the flow's basin boundary.
+
+    The test of :func:`discretisation_band` with power on every instance: the starts of
+    :func:`step_size_basins` may all lie far from the boundary, where no step moves them. The flow's
+    basin boundary is found where it crosses ``line`` ((G, 3) evenly spaced starts in order: the first
+    consecutive two whose flow basins differ, then ``refine_rounds`` rounds of ``refine_points``
+    flow starts between the two that still differ). GD's band at ``c = product ≤ 1`` is computed from
+    the crossing, and the pair is put on the line at ``(1 + next_order)·band/incidence + half_width``
+    on each side, ``next_order = c·curvature_ratio/3`` (the next order's relative size in ``η``, with
+    ``curvature_ratio = max ‖∇²L‖/L`` the curvature the paths meet). To first order, GD's boundary lies
+    within ``band`` of the flow's, across the flow line, so GD at ``c`` must send both starts where the
+    flow does. GD at ``control_product`` and NGD from the same pair are the controls: their boundary
+    moves further. Returns None when the flow's boundary does not cross ``line``.
+
+    >>> import numpy as np, attnlib as al
+    >>> prob = al.datasets.single_input(local=True)
+    >>> line = np.stack([np.zeros(13), np.linspace(8, -4, 13), np.zeros(13)], axis=-1)
+    >>> r = boundary_pairs(prob, line, 1.0, 100.0, 400, 0.5, 100, curvature_ratio=0.1)
+    >>> r.flow.tolist(), r.moved(r.gd), r.moved(r.control) > 0, r.moved(r.ngd) > 0
+    ([0, 1], 0, True, True)
+    """
+    if not (0 < product <= 1 < control_product):
+        raise ValueError(
+            f"product must be in (0, 1] and control_product above 1, got {product!r} and {control_product!r}"
+        )
+    line = np.asarray(line, float)
+    if line.ndim != 2 or line.shape[0] < 2 or line.shape[1] != prob.shape[-1]:
+        raise ValueError(f"line must be (G >= 2, {prob.shape[-1]}) starts in order, got shape {line.shape}")
+    L = float(smoothness_bound(prob))
+
+    def basins(points):
+        flow = gradient_flow(prob, points, times=np.array([0.0, t_max]), rtol=rtol, atol=rtol)
+        return prob.selection(flow.theta[-1])[:, 0]
+
+    points, labels = line, basins(line)
+    for round_ in range(refine_rounds + 1):
+        change = np.flatnonzero(labels[1:] != labels[:-1])
+        if change.size == 0:
+            return None
+        lo, hi, sides = points[change[0]], points[change[0] + 1], labels[change[0] : change[0] + 2]
+        if round_ == refine_rounds:
+            break
+        inner = lo + np.linspace(0.0, 1.0, refine_points + 2)[1:-1, None] * (hi - lo)
+        points, labels = np.concatenate([lo[None], inner, hi[None]]), np.r_[sides[0], basins(inner), sides[1]]
+    u = (hi - lo) / np.linalg.norm(hi - lo)
+    crossing, half_width = (lo + hi) / 2, float(np.linalg.norm(hi - lo) / 2)
+    incidence = float(abs(transverse_direction(prob, crossing[None])[0] @ u))
+    (from_crossing,) = train_together(prob, [("gd", crossing, product / L, np.arange(steps + 1))])
+    band = float(discretisation_band(prob, from_crossing.theta, product / L)[0])
+    distance = (1 + product * curvature_ratio / 3) * band / incidence + half_width
+    pair = crossing + np.array([-distance, distance])[:, None] * u
+    runs = train_together(
+        prob,
+        [
+            ("gd", pair, product / L, [0, steps]),
+            ("gd", pair, control_product / L, [0, steps]),
+            ("ngd", pair, ngd_lr, [0, ngd_steps]),
+        ],
+    )
+    ended = basins(np.concatenate([r.final for r in runs] + [pair])).reshape(4, 2)
+    return BoundaryPairs(
+        crossing=crossing,
+        half_width=half_width,
+        incidence=incidence,
+        product=float(product),
+        control_product=float(control_product),
+        band=band,
+        distance=float(distance),
+        flow=ended[3],
+        gd=ended[0],
+        control=ended[1],
+        ngd=ended[2],
+    )
+
+
 def _unit_rows(M: np.ndarray) -> np.ndarray:
     M = M.reshape(M.shape[:-2] + (-1,))
     return M / np.linalg.norm(M, axis=-1, keepdims=True)
