@@ -220,6 +220,28 @@ def test_step_size_basins_small_steps_follow_the_flow_large_ones_move(fig1b):
         ex.step_size_basins(prob, starts, [0.0, 1.0], 10, 0.5, 10)
 
 
+def test_boundary_pairs_straddle_the_flows_boundary_just_outside_gds_band(fig1b):
+    prob, _ = fig1b
+    ex = al.experiments.local_convergence
+    y = np.linspace(8.0, -4.0, 13)
+    line = np.stack([np.zeros_like(y), y, np.zeros_like(y)], axis=-1)
+    r = ex.boundary_pairs(prob, line, 1.0, 100.0, 400, 0.5, 100, curvature_ratio=0.2)
+    # Fig. 1(b): the boundary crosses x = 0 between the starts y0 = -0.5 and -1 (the flow sends them apart)
+    assert -1.0 < r.crossing[1] < -0.5 and r.crossing[0] == r.crossing[2] == 0
+    assert r.half_width == pytest.approx(1.0 / 8 / 2 / 8)  # one grid step, then two rounds of 7 inner points
+    assert 0 < r.incidence <= 1 and 0 < r.band < 0.1
+    assert r.distance == pytest.approx((1 + 0.2 / 3) * r.band / r.incidence + r.half_width)
+    assert r.flow.tolist() == [0, 1]  # the two starts lie on either side: the first side of the line goes to p_mm*
+    assert r.moved(r.gd) == 0 and r.moved(r.control) > 0 and r.moved(r.ngd) > 0
+    # the boundary does not cross a line wholly inside one basin
+    far = np.stack([np.zeros(5), np.linspace(8.0, 4.0, 5), np.zeros(5)], axis=-1)
+    assert ex.boundary_pairs(prob, far, 1.0, 100.0, 400, 0.5, 100, curvature_ratio=0.2) is None
+    with pytest.raises(ValueError, match="control_product"):
+        ex.boundary_pairs(prob, line, 1.0, 0.5, 400, 0.5, 100, curvature_ratio=0.2)
+    with pytest.raises(ValueError, match="line"):
+        ex.boundary_pairs(prob, line[:, :2], 1.0, 100.0, 400, 0.5, 100, curvature_ratio=0.2)
+
+
 def test_discretisation_band_holds_the_starts_gd_moves_across_the_boundary(fig1b):
     """Starts placed across the flow's basin boundary (Fig. 1(b), on the line p = (0, y0)): GD at η = 1/L sends
     some of them to another basin than the flow, and every one it moves lies within its band."""
