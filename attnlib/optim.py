@@ -23,8 +23,10 @@ factorisation ``W = K Qᵀ``), :func:`train_many` and the batching planner :func
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -86,10 +88,66 @@ __all__ = [
     "mirror_map",
     "inverse_mirror_map",
     "dual_exponent",
+    "PROCESSES_ENV",
+    "default_processes",
+    "run_independent",
 ]
 
 
 METHODS = ("gd", "ngd", "polyak")
+
+#: The environment variable that sets how many processes :func:`run_independent` may use by default
+#: (the book's runner sets it to the cores per notebook it runs at once; unset: 1, everything serial).
+PROCESSES_ENV = "ATTNLIB_PROCESSES"
+
+
+def default_processes() -> int:
+    """The processes :func:`run_independent` uses when not told: ``ATTNLIB_PROCESSES``, else 1.
+
+    >>> import os
+    >>> os.environ.pop("ATTNLIB_PROCESSES", None) and None
+    >>> default_processes()
+    1
+    """
+    raw = os.environ.get(PROCESSES_ENV, "").strip()
+    if not raw:
+        return 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"environment variable {PROCESSES_ENV} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+_TASKS: Sequence[Callable] = ()  # what the forked workers of run_independent call, by index
+
+
+def _call_task(index: int):
+    return _TASKS[index]()
+
+
+def run_independent(tasks: Sequence[Callable[[], object]], processes: int | None = None) -> list:
+    """Call every task (no arguments) and return their results in order, in up to ``processes`` forked processes.
+
+    For independent pieces of one experiment (one batch per method, per cell of a grid): a task
+    computes exactly what it computes in this process, so the results are identical whatever
+    ``processes`` is (single-threaded BLAS, as the book runs). Tasks may be closures: the workers
+    are forked after the tasks are set, so only results are pickled. Put the longest task first.
+    ``processes`` defaults to :func:`default_processes`; with 1, or one task, nothing is forked.
+
+    >>> run_independent([lambda: 1 + 1, lambda: "two"], processes=2)
+    [2, 'two']
+    """
+    global _TASKS
+    processes = default_processes() if processes is None else int(processes)
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    if processes == 1 or len(tasks) < 2:
+        return [task() for task in tasks]
+    _TASKS = tuple(tasks)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(processes, len(tasks))) as pool:
+            return pool.map(_call_task, range(len(tasks)), chunksize=1)
+    finally:
+        _TASKS = ()
 
 
 @dataclass(frozen=True)

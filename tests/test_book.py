@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from attnlib.book import build as book
+from attnlib.optim import PROCESSES_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -214,3 +216,16 @@ def test_notebook_text_has_no_control_characters(notebook):
     ]
     bad = [i for i, text in enumerate(texts) if any(ch < " " and ch not in "\n\t" for ch in text) or "\\u00" in text]
     assert not bad, f"{notebook}: control characters in cells {bad}"
+
+
+def test_cores_per_notebook_shares_the_cores_and_keeps_a_users_choice(monkeypatch):
+    monkeypatch.delenv(PROCESSES_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    with book.cores_per_notebook(2) as share:
+        assert share == 2 and os.environ[PROCESSES_ENV] == "2"
+    assert PROCESSES_ENV not in os.environ  # restored
+    with book.cores_per_notebook(8) as share:
+        assert share == 1
+    monkeypatch.setenv(PROCESSES_ENV, "3")
+    with book.cores_per_notebook(1) as share:
+        assert share == 3 and os.environ[PROCESSES_ENV] == "3"

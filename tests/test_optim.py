@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import attnlib as al
+from attnlib.optim import PROCESSES_ENV, default_processes, run_independent
 
 matplotlib.use("Agg")
 import mpmath
@@ -740,3 +741,21 @@ def test_train_joint_methods_rejects_bad_input():
         al.optim.train_joint_methods(J, p0, v0, 3, ["gd"], 0.1, np.ones((2, 1, 8)))
     with pytest.raises(ValueError, match="lr"):
         al.optim.train_joint_methods(J, p0, v0, 3, ["gd"], -1.0)
+
+
+def test_run_independent_returns_in_order_the_same_numbers_in_one_process_or_two(monkeypatch):
+    probs = [al.datasets.single_input(), al.datasets.single_input(third_score=0.5)]
+    tasks = [lambda p=p: al.train(p, al.datasets.SINGLE_INPUT_INITS, 300, "ngd", 0.1).final for p in probs]
+    serial = run_independent(tasks, processes=1)
+    forked = run_independent(tasks, processes=2)
+    assert len(forked) == 2 and all(np.array_equal(a, b) for a, b in zip(serial, forked))  # bit for bit
+    assert run_independent([], processes=2) == []
+    monkeypatch.delenv(PROCESSES_ENV, raising=False)
+    assert default_processes() == 1
+    monkeypatch.setenv(PROCESSES_ENV, "2")
+    assert default_processes() == 2
+    monkeypatch.setenv(PROCESSES_ENV, "two")
+    with pytest.raises(ValueError, match=PROCESSES_ENV):
+        default_processes()
+    with pytest.raises(ValueError, match="processes"):
+        run_independent(tasks, processes=0)

@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import string
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+from ..optim import PROCESSES_ENV
 from .checks import (
     NOT_APPLICABLE,
     PASSED,
@@ -348,6 +350,25 @@ def _execute_one(root: Path, notebook: Path, digest: str) -> ExecutionResult:
     return result
 
 
+@contextmanager
+def cores_per_notebook(jobs: int):
+    """Inside: the kernels started get ``ATTNLIB_PROCESSES`` = the machine's cores over ``jobs`` (at least 1).
+
+    A notebook run alone on two cores then runs its independent batches two at a time
+    (:func:`attnlib.optim.run_independent`, the same numbers); ``jobs`` notebooks at once each get
+    their share. A value already set in the environment is kept (the user's choice).
+    """
+    if PROCESSES_ENV in os.environ:
+        yield int(os.environ[PROCESSES_ENV])
+        return
+    share = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    os.environ[PROCESSES_ENV] = str(share)
+    try:
+        yield share
+    finally:
+        os.environ.pop(PROCESSES_ENV, None)
+
+
 def execute_all(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
     """Execute the notebooks of ``_toc.yml`` that changed since their last successful execution."""
     root = Path(root).resolve()
@@ -376,7 +397,10 @@ def execute_all(root: Path | str = ".", jobs: int = 2) -> list[ExecutionResult]:
             # Spawned, not forked: a forked worker would inherit this process's asyncio loop and
             # jupyter_client state (a kernel this process used), and hang talking to its own kernel.
             workers = max(1, min(jobs, len(pending)))
-            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            with (
+                cores_per_notebook(workers),
+                ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool,
+            ):
                 started = time.perf_counter()
                 queue, done, futures = list(pending), set(), {}
                 while queue or futures:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from .build import execution_digest
+from .build import cores_per_notebook, execution_digest
 from .checks import status_of
 from .files import log as _log
 from .files import write_atomically, write_json_atomically
@@ -412,36 +412,37 @@ def run_sweep(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc=notebook.stem, unit="point")
-    executor, cluster = _executor(backend, scheduler, jobs) if todo else (None, None)
-    try:
-        if executor is not None:
-            futures = {executor.submit(_run_point, str(notebook), p, checks_only): p for p in todo}
-            completed = as_completed(futures)
-            if not isinstance(executor, ProcessPoolExecutor):
-                from dask.distributed import as_completed as dask_completed
+    with cores_per_notebook(jobs):  # points at once share the cores: ATTNLIB_PROCESSES for their kernels
+        executor, cluster = _executor(backend, scheduler, jobs) if todo else (None, None)
+        try:
+            if executor is not None:
+                futures = {executor.submit(_run_point, str(notebook), p, checks_only): p for p in todo}
+                completed = as_completed(futures)
+                if not isinstance(executor, ProcessPoolExecutor):
+                    from dask.distributed import as_completed as dask_completed
 
-                completed = dask_completed(list(futures))
-            for future in completed:
-                point = futures[future]
-                try:
-                    summary = future.result()
-                except Exception as exc:  # the worker itself died
-                    summary = {"status": ERROR, "error": f"{type(exc).__name__}: {exc}", "duration_s": None}
-                record(point, summary)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(failed=sum(1 for s in summaries.values() if s and s["status"] != OK))
-    finally:
-        if bar is not None:
-            bar.close()
-        if isinstance(executor, ProcessPoolExecutor):
-            executor.shutdown(wait=False, cancel_futures=True)  # an interrupt must not wait for running points
-        elif executor is not None:
-            executor.close()
-        if cluster is not None:
-            cluster.close()
-        rows = [_row(p, summaries[p.key]) for p in points] + earlier
-        csv_path, json_path = _write_tables(out, str(notebook), grid, rows)
+                    completed = dask_completed(list(futures))
+                for future in completed:
+                    point = futures[future]
+                    try:
+                        summary = future.result()
+                    except Exception as exc:  # the worker itself died
+                        summary = {"status": ERROR, "error": f"{type(exc).__name__}: {exc}", "duration_s": None}
+                    record(point, summary)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(failed=sum(1 for s in summaries.values() if s and s["status"] != OK))
+        finally:
+            if bar is not None:
+                bar.close()
+            if isinstance(executor, ProcessPoolExecutor):
+                executor.shutdown(wait=False, cancel_futures=True)  # an interrupt must not wait for running points
+            elif executor is not None:
+                executor.close()
+            if cluster is not None:
+                cluster.close()
+            rows = [_row(p, summaries[p.key]) for p in points] + earlier
+            csv_path, json_path = _write_tables(out, str(notebook), grid, rows)
     return SweepResult(rows, csv_path, json_path, kept=len(earlier))
 
 

@@ -12,13 +12,14 @@ references it can resolve (:func:`resolvable`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from scipy import stats
 
 from .. import datasets
 from ..model import reduce_to_span
-from ..optim import train_many
+from ..optim import run_independent, train_many
 from ..svm import max_margin
 
 __all__ = ["InitialisationSweep", "local_ending_ceiling", "rate_deviation", "resolvable"]
@@ -96,12 +97,15 @@ class InitialisationSweep:
             starts.append(self.starts(family, d, scales, base))
         local = [{} for _ in specs]
         cut = np.cumsum([len(b) for b in starts])
-        for method in ("ngd", "polyak"):
+        theta0 = np.concatenate(starts)
+
+        def ends_on_opt(method):  # one batch per method; the two are independent (run_independent)
             lr = self.lr if method == "ngd" else 1.0
-            run = train_many(probs, self.steps, method, lr, record=[self.steps], theta0=np.concatenate(starts))
-            ends_opt = [
-                np.all(p.selection(run.final[k]) == p.opt) and run.stopped[k] is None for k, p in enumerate(probs)
-            ]
+            run = train_many(probs, self.steps, method, lr, record=[self.steps], theta0=theta0)
+            return [np.all(p.selection(run.final[k]) == p.opt) and run.stopped[k] is None for k, p in enumerate(probs)]
+
+        methods = ("ngd", "polyak")
+        for method, ends_opt in zip(methods, run_independent([partial(ends_on_opt, m) for m in methods])):
             for counts, (_, _, scales, _), ends in zip(local, specs, np.split(ends_opt, cut)):
                 missed = self.n_init - np.sum(np.reshape(ends, (len(scales), self.n_init)), axis=1)
                 counts.update({(method, scale): int(m) for scale, m in zip(scales, missed)})

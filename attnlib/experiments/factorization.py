@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..datasets import rank_instance
 from ..metrics import numerical_rank, rotate_toward
 from ..model import ProblemStack, self_attention
-from ..optim import check_schedule, kq_init, ngd_cross_attention, record_schedule, train, train_kq
+from ..optim import (
+    check_schedule,
+    default_processes,
+    kq_init,
+    ngd_cross_attention,
+    record_schedule,
+    run_independent,
+    train,
+    train_kq,
+)
 from ..svm import nuclear_svm, svm_constraints, svm_pair_batch
 
 __all__ = [
@@ -231,7 +241,7 @@ class RankGrid:
         return np.where(count > 0, np.nansum(r, axis=-1) / np.maximum(count, 1), np.nan)
 
 
-def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int = 1) -> RankGrid:
+def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int | None = None) -> RankGrid:
     """The [TFSVM] rank-versus-d grid, infeasible instances counted apart (never as a rank).
 
     For every (n, T) in ``configs``, d in ``ds`` and seed: the data of :func:`rank_instance`, the
@@ -239,8 +249,9 @@ def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int = 1) -> Rank
     :func:`nuclear_svm_batch`), all seeds of a cell in one batch, each solution certified (exactly
     feasible, relative optimality gap in ``accuracy``), and their spectra. An instance without a
     feasible Frobenius solution is decided by an LP (HiGHS).
-    Defaults: :data:`OFFICIAL_RANK_GRID` (5 × 8 × 100 instances, 2 SVMs each). ``processes > 1``
-    spreads the (n, T, d) cells over a process pool.
+    Defaults: :data:`OFFICIAL_RANK_GRID` (5 × 8 × 100 instances, 2 SVMs each). The (n, T, d) cells
+    run in up to ``processes`` processes (:func:`attnlib.optim.run_independent`, default
+    :func:`attnlib.optim.default_processes`; the numbers do not depend on it).
 
     >>> import attnlib as al
     >>> grid = svm_rank_grid(configs=[(5, 5)], ds=[2, 6], seeds=range(3))
@@ -255,15 +266,12 @@ def svm_rank_grid(configs=None, ds=None, seeds=None, processes: int = 1) -> Rank
         raise ValueError(f"configs, ds and seeds must be non-empty with positive sizes, got {configs}, {ds}, {seeds}")
     start = time.perf_counter()
     jobs = [(n, T, d, seeds.tolist()) for n, T in configs for d in ds]
-    if processes > 1:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(processes) as pool:
-            cells = pool.map(_rank_cell, sorted(jobs, key=lambda j: -j[0] * j[1] * j[2] ** 2), chunksize=1)
-        order = {tuple(j[:3]): c for j, c in zip(sorted(jobs, key=lambda j: -j[0] * j[1] * j[2] ** 2), cells)}
-        cells = [order[tuple(j[:3])] for j in jobs]
-    else:
-        cells = [_rank_cell(j) for j in jobs]
+    largest_first = sorted(range(len(jobs)), key=lambda k: -jobs[k][0] * jobs[k][1] * jobs[k][2] ** 2)
+    done = run_independent([partial(_rank_cell, jobs[k]) for k in largest_first], processes)
+    cells = [None] * len(jobs)
+    for k, cell in zip(largest_first, done):
+        cells[k] = cell
+    processes = min(default_processes() if processes is None else processes, len(jobs))
     C, D, S, dmax = len(configs), len(ds), len(seeds), max(ds)
     sv = np.full((2, C, D, S, dmax), np.nan)
     acc = np.full((2, C, D, S), np.nan)
@@ -509,13 +517,6 @@ def _local_half(kind, stack, steps, lr, record, K0, Q0, normalize):
     return W, select, svms, feasible, t1 - t0, time.perf_counter() - t1
 
 
-_FORKED_HALVES: dict = {}
-
-
-def _forked_half(kind):
-    return _local_half(*_FORKED_HALVES[kind])
-
-
 def local_convergence(
     problems,
     steps: int,
@@ -523,7 +524,7 @@ def local_convergence(
     kq_normalize: str = "separate",
     kq_seed=0,
     record_steps=None,
-    processes: int = 1,
+    processes: int | None = None,
 ) -> LocalConvergence:
     """[TFSVM]'s local-convergence experiment: NGD on ``W`` (from 0) and on ``(K, Q)`` (from
     :func:`kq_init`, ``m = d``), then the final selections and their two W-SVMs.
@@ -534,8 +535,9 @@ def local_convergence(
         steps, lr: NGD iterations and step size (both halves).  kq_normalize: "separate" (each factor
             by its own gradient norm, as the official code) or "joint" (:func:`train_kq`).
         kq_seed: seed of the (K, Q) initialisation.  record_steps: steps to record (default: the last).
-        processes: 1, or 2 to run the (K, Q) half in a second process while this one runs the W half
-            (the two halves are independent; the results are the same).
+        processes: 1, or 2 to run the two halves, which are independent, in two processes at once
+            (:func:`attnlib.optim.run_independent`; the results are the same). Default: 2 if
+            :func:`attnlib.optim.default_processes` allows it.
 
     >>> import attnlib as al
     >>> probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
@@ -543,6 +545,7 @@ def local_convergence(
     >>> run.W["KQ"].shape, run.svms["W"].shape
     ((1, 3, 6, 6), (2, 3, 6, 6))
     """
+    processes = min(2, default_processes()) if processes is None else processes
     if processes not in (1, 2):
         raise ValueError(f"processes must be 1 or 2 (one per half), got {processes!r}")
     start = time.perf_counter()
@@ -555,20 +558,10 @@ def local_convergence(
     record = record_schedule(steps, record_steps=[steps] if record_steps is None else record_steps)
     K0, Q0 = kq_init(stack.S, *stack.shape, seed=kq_seed)
     args = {kind: (kind, stack, steps, lr, record, K0, Q0, kq_normalize) for kind in ("W", "KQ")}
-    if processes == 2:
-        import multiprocessing as mp
-
-        # The worker is forked after the arguments are in place, so they need no pickling (a
-        # problem's loss holds lambdas); only the results travel back.
-        _FORKED_HALVES.update(args)
-        try:
-            with mp.get_context("fork").Pool(1) as pool:
-                pending = pool.apply_async(_forked_half, ("KQ",))
-                halves = {"W": _local_half(*args["W"]), "KQ": pending.get()}
-        finally:
-            _FORKED_HALVES.clear()
-    else:
-        halves = {kind: _local_half(*args[kind]) for kind in ("W", "KQ")}
+    # the (K, Q) half, the longer, first; the worker is forked after the arguments are in place, so they need no
+    # pickling (a problem's loss holds lambdas): only the results travel back
+    done = dict(zip(("KQ", "W"), run_independent([partial(_local_half, *args[k]) for k in ("KQ", "W")], processes)))
+    halves = {kind: done[kind] for kind in ("W", "KQ")}
     seconds = {f"{what}_{kind}": halves[kind][k] for kind in halves for k, what in ((4, "train"), (5, "svm"))}
     seconds["total"] = time.perf_counter() - start
     return LocalConvergence(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy.special import expit
@@ -19,7 +20,7 @@ from scipy.special import expit
 from .. import datasets
 from ..metrics import curves, direction_error, log_one_minus_mass, normalized_margin
 from ..model import Reduced, TokenSelectionProblem, logistic_regression, reduce_to_span, stack_problems
-from ..optim import Trajectory, log_steps, record_schedule, train_many
+from ..optim import Trajectory, log_steps, record_schedule, run_independent, train_many
 from ..svm import InfeasibleError, MaxMarginSolution, is_locally_optimal, max_margin, svm_feasibility
 
 __all__ = [
@@ -103,6 +104,7 @@ def compare_methods(
     steps,
     lr: dict,
     polyak_max_step: float = 10.0,
+    processes: int | None = None,
 ) -> Comparison:
     """Each method of ``lr`` run by :func:`train_many` on all the problems from 0, one batch per method.
 
@@ -113,7 +115,8 @@ def compare_methods(
             multiplier of its step ``(L − L*)/‖∇L‖²``). The keys are the methods run.
         polyak_max_step: the Polyak detector's threshold (:func:`attnlib.train`).
 
-    The batches have the same problems, so their wall-clock ``seconds`` compare.
+    The batches have the same problems, so their wall-clock ``seconds`` compare. They run in up to
+    ``processes`` processes (:func:`attnlib.optim.run_independent`), each on its own core.
 
     >>> import attnlib as al
     >>> probs = [al.datasets.single_input(), al.datasets.single_input(third_score=0.5)]
@@ -122,12 +125,14 @@ def compare_methods(
     (['gd', 'ngd'], 2)
     """
     problems, solutions = list(problems), list(solutions)
-    runs, measured = {}, {}
-    for method, rate in lr.items():
+
+    def run_and_measure(method):  # the methods are independent batches (run_independent: the same numbers)
         horizon = steps[method] if isinstance(steps, dict) else steps
-        runs[method] = train_many(problems, horizon, method, rate, polyak_max_step=polyak_max_step)
-        measured[method] = curves(problems, runs[method], solutions)
-    return Comparison(runs, measured)
+        run = train_many(problems, horizon, method, lr[method], polyak_max_step=polyak_max_step)
+        return run, curves(problems, run, solutions)
+
+    done = dict(zip(lr, run_independent([partial(run_and_measure, m) for m in lr], processes)))
+    return Comparison({m: r for m, (r, _) in done.items()}, {m: c for m, (_, c) in done.items()})
 
 
 def logistic_descent(data: Sequence[tuple], steps: int, method: str, lr: float, record=None) -> Trajectory:

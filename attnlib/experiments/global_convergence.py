@@ -12,6 +12,8 @@ instances (:func:`perturbed`) and the step-size experiment (:func:`step_size_swe
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..fits import exponential_rate, half_decade_slopes
@@ -26,7 +28,7 @@ from ..metrics import (
     rotation_resolution,
 )
 from ..model import TokenSelectionProblem, stack_problems, token_selection
-from ..optim import record_schedule, train_together
+from ..optim import record_schedule, run_independent, train_together
 from ..svm import InfeasibleError, max_margin
 
 __all__ = [
@@ -486,11 +488,13 @@ def trap_certificate(prob: TokenSelectionProblem, start, t_max: float = 1e15, gd
     """
     sol = max_margin(prob)
     starts = np.array([start, np.zeros(prob.size)], float)
-    flow = gradient_flow(prob, starts, t_max=t_max)
     L = smoothness_bound(prob)
     record = np.unique(np.r_[0, np.geomspace(1, gd_steps, 60).astype(int)])
     fractions = (0.1, 1.0)  # one batch: the two step sizes share the loop (train_together)
-    gd = dict(zip(fractions, train_together(prob, [("gd", starts, c / L, record) for c in fractions])))
+    gd_runs = partial(train_together, prob, [("gd", starts, c / L, record) for c in fractions])
+    # GD's batch and the flow are independent (run_independent: the same numbers in one process or two)
+    gd_list, flow = run_independent([gd_runs, partial(gradient_flow, prob, starts, t_max=t_max)])
+    gd = dict(zip(fractions, gd_list))
 
     def summary(run):
         log_sigma = prob.log_attention(run.theta[-1])  # (2 runs, n, T)
@@ -545,7 +549,7 @@ def equal_score_problems(n: int, T: int, d: int, count: int, seed: int) -> list[
     return out
 
 
-def trap_rates(cells, count: int, seed: int, t_max: float = 1e15) -> list[dict]:
+def trap_rates(cells, count: int, seed: int, t_max: float = 1e15, processes: int | None = None) -> list[dict]:
     """Fraction of gradient-flow runs that end off the optimal tokens, per ``(n, T, d, start_norm)`` cell.
 
     Each cell draws ``count`` instances (:func:`equal_score_problems`, seed ``seed`` + cell index)
@@ -553,10 +557,11 @@ def trap_rates(cells, count: int, seed: int, t_max: float = 1e15) -> list[dict]:
     them as one batch per instance size (rtol = atol = 1e-6) to ``t_max`` and counts the runs
     with some input attending to a non-optimal token. Returns one dict per cell; ``worst_log_off``
     is the largest ``log(1 − σ_opt)`` over its runs and inputs at the end (above ``log ½`` in a
-    trapped run: its optimal token is outweighed).
+    trapped run: its optimal token is outweighed). The cells run in up to ``processes`` processes
+    (:func:`attnlib.optim.run_independent`; the numbers do not depend on it).
     """
-    rows = []
-    for k, (n, T, d, norm) in enumerate(cells):
+
+    def cell(k, n, T, d, norm):
         probs = equal_score_problems(n, T, d, count, seed + 1000 * k)
         stack = stack_problems(probs)
         rng = np.random.default_rng(seed + 1000 * k + 1)
@@ -566,18 +571,18 @@ def trap_rates(cells, count: int, seed: int, t_max: float = 1e15) -> list[dict]:
         sel = np.argmax(stack.logits(run.theta[-1]), axis=-1)  # (S, n)
         trapped = np.any(sel != stack.opt, axis=-1)
         log_off = log_one_minus_mass(stack, run.theta[-1])  # (S, n): log(1 − σ_opt) per input, exact in log space
-        rows.append(
-            {
-                "n": n,
-                "T": T,
-                "d": d,
-                "start_norm": norm,
-                "runs": count,
-                "trapped": int(trapped.sum()),
-                "worst_log_off": float(log_off.max()),
-            }
-        )
-    return rows
+        return {
+            "n": n,
+            "T": T,
+            "d": d,
+            "start_norm": norm,
+            "runs": count,
+            "trapped": int(trapped.sum()),
+            "worst_log_off": float(log_off.max()),
+        }
+
+    # the cells are independent: one task each (run_independent: the same numbers in one process or several)
+    return run_independent([partial(cell, k, *c) for k, c in enumerate(cells)], processes)
 
 
 def step_size_sweep(prob: TokenSelectionProblem, starts, products, steps: int) -> list[dict]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..datasets import DigitPatches, cone_starts
 from ..metrics import cosine, log_one_minus_mass, offset_exponent, one_minus_cosine, orthogonal_offset
 from ..model import FactoredDecoderAttention, check_integer, check_labels, prompt_attention, self_attention
-from ..optim import log_steps, minibatch_weights, train, train_joint_methods, train_problems
+from ..optim import log_steps, minibatch_weights, run_independent, train, train_joint_methods, train_problems
 from ..svm import InfeasibleError, is_locally_optimal, max_margin
 
 __all__ = [
@@ -375,10 +376,16 @@ def selection_study(
     ]
     named = [(key + (start,), problems[key], t) for key, start, t in pairs]
     named += [(name, prob, np.asarray(t, float)) for name, (prob, t) in (extra or {}).items()]
-    out = train_problems([p for _, p, _ in named], [t for _, _, t in named], steps, "ngd", lr, record)
-    ngd = {name: theta for (name, _, _), theta in zip(named, out)}
     zeros = [np.zeros(problems[k].shape) for k in keys]
-    gd = dict(zip(keys, train_problems([problems[k] for k in keys], zeros, gd_steps, "gd", gd_lr, [0, gd_steps])))
+    # NGD's batches and GD's are independent (run_independent: the same numbers in one process or two)
+    out, gd_out = run_independent(
+        [
+            partial(train_problems, [p for _, p, _ in named], [t for _, _, t in named], steps, "ngd", lr, record),
+            partial(train_problems, [problems[k] for k in keys], zeros, gd_steps, "gd", gd_lr, [0, gd_steps]),
+        ]
+    )
+    ngd = {name: theta for (name, _, _), theta in zip(named, out)}
+    gd = dict(zip(keys, gd_out))
     results = {}
     for key, prob in problems.items():
         cache = {}
