@@ -43,6 +43,7 @@ __all__ = [
     "check_rates",
     "chapter_outcomes",
     "controls_of",
+    "fresh_rows",
     "seed_independent",
     "sweep_cells",
     "main",
@@ -229,19 +230,41 @@ def chapter_outcomes(rows: list[dict]) -> dict[str, int]:
     return {"seeds": len(seeds), "ok": len(seeds) - len(bad), "failed_seeds": sorted(bad)}
 
 
+def fresh_rows(entry: dict, rows: list[dict]) -> list[dict]:
+    """The rows of the seeds that no earlier run had looked at: all but those in the ranges of the entry's
+    ``seen_before`` (``[[first, last], …]`` in ``sweep.json``, written by whoever ran the earlier looks: a
+    previous evaluation, the calibration of a redesign).
+
+    >>> fresh_rows({"seen_before": [[1, 2]]}, [{"seed": 1}, {"seed": 3}])
+    [{'seed': 3}]
+    """
+    seen = entry.get("seen_before") or []
+    return [row for row in rows if not any(first <= int(row["seed"]) <= last for first, last in seen)]
+
+
 def sweep_cells(entry: dict, rows: list[dict]) -> str:
     """A chapter's sweep as one markdown table cell: the ok count of its seeds, the failed seeds, and when it
     was swept (commit, date, the summed execution time of its points), from its entry in ``sweep.json`` and
-    its table's rows. One cell, so that a table of two sweeps stays narrow enough to read.
+    its table's rows; with ``seen_before``, the ok count on the fresh seeds (:func:`fresh_rows`) too. One cell,
+    so that a table of two sweeps stays narrow enough to read.
 
     >>> entry = {"seed_range": [1, 2], "commit": "abc", "date": "today", "points_s": 3.2}
     >>> sweep_cells(entry, [{"seed": 1, "status": "passed"}, {"seed": 2, "status": "failed"}])
     'ok on 1 of 2 (seeds 1 to 2); failed: 2; swept at `abc`, today, 3 s'
+    >>> rows = [{"seed": 1, "status": "passed"}, {"seed": 2, "status": "failed"}]
+    >>> sweep_cells(entry | {"seen_before": [[1, 1]]}, rows).split("; ")[2]
+    'of the 1 seeds no earlier run had looked at (not 1 to 1): ok on 0'
     """
     outcome = chapter_outcomes(rows)
+    seen = entry.get("seen_before") or []
+    fresh = ""
+    if seen:
+        unseen = chapter_outcomes(fresh_rows(entry, rows))
+        ranges = ", ".join(f"{first} to {last}" for first, last in seen)
+        fresh = f"; of the {unseen['seeds']} seeds no earlier run had looked at (not {ranges}): ok on {unseen['ok']}"
     return (
         f"ok on {outcome['ok']} of {outcome['seeds']} (seeds {entry['seed_range'][0]} to {entry['seed_range'][1]}); "
-        f"failed: {', '.join(map(str, outcome['failed_seeds'])) or 'none'}; "
+        f"failed: {', '.join(map(str, outcome['failed_seeds'])) or 'none'}{fresh}; "
         f"swept at `{entry['commit']}`, {entry['date']}, {entry['points_s']:.0f} s"
     )
 
