@@ -276,7 +276,7 @@ def late_decay(steps, abscissa, log_y, start: float) -> np.ndarray:
 
     ``steps`` (R,); ``abscissa`` (R,) or (R, S) (the steps, or ``‖W_t‖``); ``log_y`` (R, S). Unlike a
     least-squares fit, the end-to-end difference is what the identity
-    ``−log max_i(1 − σ_i,opt) = ‖W‖γ(W) + b(W)``, ``b ∈ [−log 2, log(T−1)]``, bounds: it equals
+    ``−log max_i(1 − σ_i,opt) = ‖W‖γ(W) + b(W)``, ``b ∈ [−log(T−1), log 2]``, bounds: it equals
     ``Δ(‖W‖γ)/Δx`` up to ``log(2(T−1))/Δx``. Returns (S,).
 
     >>> import numpy as np, attnlib as al
