@@ -231,9 +231,9 @@ def chapter_outcomes(rows: list[dict]) -> dict[str, int]:
 
 
 def fresh_rows(entry: dict, rows: list[dict]) -> list[dict]:
-    """The rows of the seeds that no earlier run had looked at: all but those in the ranges of the entry's
-    ``seen_before`` (``[[first, last], …]`` in ``sweep.json``, written by whoever ran the earlier looks: a
-    previous evaluation, the calibration of a redesign).
+    """The rows of the fresh seeds: all but those in the ranges of the entry's ``seen_before``
+    (``[[first, last], …]`` in ``sweep.json``: the seeds after seeing which a redesign of the chapter's
+    checks was made, its calibration; written by whoever made it).
 
     >>> fresh_rows({"seen_before": [[1, 2]]}, [{"seed": 1}, {"seed": 3}])
     [{'seed': 3}]
@@ -253,7 +253,7 @@ def sweep_cells(entry: dict, rows: list[dict]) -> str:
     'ok on 1 of 2 (seeds 1 to 2); failed: 2; swept at `abc`, today, 3 s'
     >>> rows = [{"seed": 1, "status": "passed"}, {"seed": 2, "status": "failed"}]
     >>> sweep_cells(entry | {"seen_before": [[1, 1]]}, rows).split("; ")[2]
-    'of the 1 seeds no earlier run had looked at (not 1 to 1): ok on 0'
+    'on its 1 fresh seeds (not 1 to 1): ok on 0'
     """
     outcome = chapter_outcomes(rows)
     seen = entry.get("seen_before") or []
@@ -261,7 +261,7 @@ def sweep_cells(entry: dict, rows: list[dict]) -> str:
     if seen:
         unseen = chapter_outcomes(fresh_rows(entry, rows))
         ranges = ", ".join(f"{first} to {last}" for first, last in seen)
-        fresh = f"; of the {unseen['seeds']} seeds no earlier run had looked at (not {ranges}): ok on {unseen['ok']}"
+        fresh = f"; on its {unseen['seeds']} fresh seeds (not {ranges}): ok on {unseen['ok']}"
     return (
         f"ok on {outcome['ok']} of {outcome['seeds']} (seeds {entry['seed_range'][0]} to {entry['seed_range'][1]}); "
         f"failed: {', '.join(map(str, outcome['failed_seeds'])) or 'none'}{fresh}; "
