@@ -929,6 +929,19 @@ def discretisation_band(prob: TokenSelectionProblem, theta, lr: float) -> np.nda
     return band
 
 
+def flow_basins(prob: TokenSelectionProblem, points, t_max: float = 1e15, rtol: float = 1e-6) -> np.ndarray:
+    """The basin of each start: the selection (B, n) where gradient flow from ``points`` (B, 3) is at ``t_max``
+    (one batch of :func:`attnlib.flow.gradient_flow`, ``rtol = atol``), the read-out of this chapter's step-size
+    experiments.
+
+    >>> import attnlib as al
+    >>> flow_basins(al.datasets.single_input(local=True), al.datasets.SINGLE_INPUT_INITS)[:, 0].tolist()
+    [0, 0, 0, 0, 1, 1]
+    """
+    flow = gradient_flow(prob, points, times=np.array([0.0, t_max]), rtol=rtol, atol=rtol)
+    return prob.selection(flow.theta[-1])
+
+
 def step_size_basins(
     prob: TokenSelectionProblem,
     starts,
@@ -970,8 +983,7 @@ def step_size_basins(
         prob, [("gd", starts, c / L, every_step) for c in products] + [("ngd", starts, ngd_lr, [0, ngd_steps])]
     )
     ends = np.concatenate([r.final for r in runs] + [starts])
-    readout = gradient_flow(prob, ends, times=np.array([0.0, t_max]), rtol=rtol, atol=rtol)
-    labels = prob.selection(readout.theta[-1]).reshape((len(runs) + 1, starts.shape[0], prob.n))
+    labels = flow_basins(prob, ends, t_max, rtol).reshape((len(runs) + 1, starts.shape[0], prob.n))
     gd_loss = np.stack([r.loss for r in runs[:-1]])  # (C, K + 1, B)
     with np.errstate(invalid="ignore"):
         rises = np.diff(gd_loss, axis=1) > 1e-12 * np.abs(gd_loss[:, :-1])
@@ -983,10 +995,8 @@ def step_size_basins(
     offsets = np.r_[-np.arange(BAND_POINTS, 0, -1), np.arange(1, BAND_POINTS + 1)] / BAND_POINTS  # (2P,)
     below = products <= 1  # above 1/L the first-order band says nothing (and its far probes are slow to integrate)
     probes = starts[None, :, None] + (band[below, :, None] * offsets)[..., None] * normal[None, :, None]
-    probe_flow = gradient_flow(
-        prob, probes.reshape(-1, starts.shape[-1]), times=np.array([0.0, t_max]), rtol=rtol, atol=rtol
-    )
-    probe_labels = prob.selection(probe_flow.theta[-1]).reshape(probes.shape[:3] + (prob.n,))
+    probe_labels = flow_basins(prob, probes.reshape(-1, starts.shape[-1]), t_max, rtol)
+    probe_labels = probe_labels.reshape(probes.shape[:3] + (prob.n,))
     in_band = np.zeros(band.shape, bool)
     in_band[below] = np.any(probe_labels != labels[-1][None, :, None], axis=(-2, -1))
     return StepSizeBasins(
@@ -1082,9 +1092,8 @@ def boundary_pairs(
         raise ValueError(f"line must be (G >= 2, {prob.shape[-1]}) starts in order, got shape {line.shape}")
     L = float(smoothness_bound(prob))
 
-    def basins(points):
-        flow = gradient_flow(prob, points, times=np.array([0.0, t_max]), rtol=rtol, atol=rtol)
-        return prob.selection(flow.theta[-1])[:, 0]
+    def basins(points):  # of the single input
+        return flow_basins(prob, points, t_max, rtol)[:, 0]
 
     points, labels = line, basins(line)
     for round_ in range(refine_rounds + 1):
