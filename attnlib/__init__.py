@@ -28,16 +28,15 @@ True
 
 import importlib
 
-# The rooms. ``flow``, ``basins``, ``experiments`` and ``figures`` load on first use (the module
-# ``__getattr__`` below, PEP 562): ``import attnlib`` then costs numpy, scipy.special and the core,
-# not scipy.integrate, matplotlib.pyplot and every chapter's drivers, which a page, a sweep point
-# or a script pays for only if it reaches them. ``al.figures`` etc. and ``from attnlib import
-# flow`` work as before.
+# The rooms. ``paths``, ``flow``, ``basins``, ``experiments`` and ``figures`` load on first use (the
+# module ``__getattr__`` below, PEP 562): ``import attnlib`` then costs numpy and the core, no scipy
+# (scipy.optimize alone takes several times numpy's import), not scipy.integrate, matplotlib.pyplot
+# and every chapter's drivers, which a page, a sweep point or a script pays for only if it reaches
+# them. ``al.figures``, ``al.regularization_path`` etc. and ``from attnlib import flow`` work as before.
 from . import losses as losses
 from . import model as model
 from . import svm as svm
 from . import optim as optim
-from . import paths as paths
 from . import metrics as metrics
 from . import fits as fits
 from . import datasets as datasets
@@ -53,7 +52,6 @@ from .svm import InfeasibleError, MaxMarginSolution, enumerate_selections, joint
 
 # Training: GD, normalised GD and Polyak over batches of initialisations and of problems.
 from .optim import JointTrajectory, Trajectory, log_steps, step_rule, train, train_joint, train_many
-from .paths import RegularizationPath, regularization_path
 
 # Measuring a trajectory against the theory.
 from .metrics import angle_degrees, cosine, direction_error, log_one_minus_mass, normalized_margin
@@ -65,20 +63,27 @@ from .book import Checks, integer, list_of, one_of, real, text, validate
 
 __version__ = "0.1.0"
 
-_LAZY_ROOMS = ("flow", "basins", "experiments", "figures")
+_LAZY_ROOMS = ("paths", "flow", "basins", "experiments", "figures")
+#: Names of the front door that live in a lazy room: name → room.
+_LAZY_NAMES = {"RegularizationPath": "paths", "regularization_path": "paths"}
 
 
 def __getattr__(name: str):
-    """Load a lazy room (``flow``, ``basins``, ``experiments``, ``figures``) or ``explorer`` on first access."""
+    """Load a lazy room (``paths``, ``flow``, ``basins``, ``experiments``, ``figures``), a name of one, or
+    ``explorer`` on first access."""
     if name in _LAZY_ROOMS:
         return importlib.import_module(f".{name}", __name__)  # the import binds it in this namespace
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(f".{_LAZY_NAMES[name]}", __name__), name)
+        globals()[name] = value  # once: later lookups find it without __getattr__
+        return value
     if name == "explorer":  # from attnlib.book.widgets, which imports matplotlib: also on first use
         return book.explorer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY_ROOMS) | {"explorer"})
+    return sorted(set(globals()) | set(_LAZY_ROOMS) | set(_LAZY_NAMES) | {"explorer"})
 
 
 __all__ = [

@@ -31,9 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.special import log_expit
 
-from .losses import Loss, get_loss
+from .losses import Loss, get_loss, log_expit
 from .model import NonlinearHeadAttention, TokenSelectionProblem, factor_grad, log_softmax, logsumexp, stack_problems
 from .svm import max_margin
 

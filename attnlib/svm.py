@@ -867,15 +867,25 @@ def _psd_step(Linv: np.ndarray, dX: np.ndarray, skip: np.ndarray, exact: bool = 
 
 
 def _triangular_inverse(L: np.ndarray) -> np.ndarray:
-    """``L⁻¹`` of the S lower-triangular matrices (S, N, N) (LAPACK ``dtrtri`` per matrix: a third
-    of the work of numpy's batched LU inverse, and faster still on these small sizes)."""
-    from scipy.linalg import lapack
+    """``L⁻¹`` of the S lower-triangular matrices (S, N, N), by forward substitution row after row,
+    all S at once: ``X_i = −(L_{i,:i} X_{:i,:i}) / L_ii`` and ``X_ii = 1/L_ii``.
 
-    out = np.empty_like(L)
-    for j in range(len(L)):
-        out[j], info = lapack.dtrtri(L[j], lower=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"singular triangular factor (dtrtri info {info})")
+    N batched products instead of S LAPACK calls: as fast as ``dtrtri`` per matrix on these sizes
+    (N ≤ 50), and it keeps scipy out of the batched SVMs (its import costs more than a whole batch).
+
+    >>> L = np.array([[[2.0, 0.0], [1.0, 4.0]]])
+    >>> (_triangular_inverse(L) @ L).round(15).tolist()
+    [[[1.0, 0.0], [0.0, 1.0]]]
+    """
+    diagonal = np.diagonal(L, axis1=1, axis2=2)
+    if not np.all(diagonal != 0):
+        raise np.linalg.LinAlgError("singular triangular factor (a zero on the diagonal)")
+    inv_diag = 1.0 / diagonal
+    out = np.zeros_like(L)
+    out[:, 0, 0] = inv_diag[:, 0]
+    for i in range(1, L.shape[1]):
+        out[:, i, :i] = (L[:, i : i + 1, :i] @ out[:, :i, :i])[:, 0, :] * -inv_diag[:, i : i + 1]
+        out[:, i, i] = inv_diag[:, i]
     return out
 
 
