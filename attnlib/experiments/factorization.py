@@ -489,8 +489,8 @@ class LocalConvergence:
         svms: ``{kind: (2, S, d, d_z)}`` the Frobenius (0) and nuclear (1) W-SVMs of ``α̂``
             (:func:`svm_pair_batch`); NaN where infeasible.
         feasible: ``{kind: (S,)}`` bool.
-        seconds: wall-clock of ``train_W``, ``svm_W``, ``train_KQ``, ``svm_KQ`` (each inside its
-            process) and ``total``.
+        seconds: wall-clock of ``train_W`` and ``train_KQ`` (each inside its process), of ``svm`` (the
+            SVM pairs of both halves, each distinct pair once) and ``total``.
         processes: 1, or 2 when the two halves ran in two processes at once.
     """
 
@@ -503,18 +503,35 @@ class LocalConvergence:
     processes: int
 
 
-def _local_half(kind, stack, steps, lr, record, K0, Q0, normalize):
-    """One half of :func:`local_convergence`: train, select, both SVMs; picklable for a worker."""
+def _train_half(kind, stack, steps, lr, record, K0, Q0, normalize):
+    """One half of :func:`local_convergence`: NGD on ``W`` or on ``(K, Q)``, then the final selection."""
     t0 = time.perf_counter()
     if kind == "W":
         W = train(stack, np.zeros(stack.shape), steps, "ngd", lr, record_steps=record, progress=False).theta
     else:
         W = train_kq(stack, K0, Q0, steps, "ngd", lr, normalize=normalize, record_steps=record).W
-    t1 = time.perf_counter()
-    select = stack.selection(W[-1])  # (S, n), every problem at once
-    cons = [svm_constraints(*p.factors, a) for p, a in zip(stack.problems, select)]
-    svms, _, feasible, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
-    return W, select, svms, feasible, t1 - t0, time.perf_counter() - t1
+    return W, stack.selection(W[-1]), time.perf_counter() - t0  # selection: (S, n), every problem at once
+
+
+def _distinct_svms(stack, selections: dict, processes: int) -> tuple[dict, dict]:
+    """Both W-SVMs of every half's final selection, each distinct (problem, selection) pair solved once.
+
+    Where the two halves select the same tokens of a problem (most problems) they share one SVM pair:
+    the pairs are solved as one batch (:func:`svm_pair_batch`; an instance's solution does not depend
+    on the rest of its batch), split in two halves when ``processes`` is 2.
+    """
+    S = stack.S
+    differ = np.nonzero(np.any(selections["W"] != selections["KQ"], axis=1))[0]
+    jobs = [(s, selections["W"][s]) for s in range(S)] + [(s, selections["KQ"][s]) for s in differ]
+    cons = [svm_constraints(*stack.problems[s].factors, select) for s, select in jobs]
+    a, z = np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons])
+    cut = [0, len(jobs)] if processes == 1 else [0, len(jobs) // 2, len(jobs)]
+    parts = run_independent([partial(svm_pair_batch, a[i:j], z[i:j]) for i, j in zip(cut, cut[1:])], processes)
+    W = np.concatenate([part[0] for part in parts], axis=1)
+    feasible = np.concatenate([part[2] for part in parts])
+    row = {"W": np.arange(S), "KQ": np.arange(S)}
+    row["KQ"][differ] = S + np.arange(len(differ))
+    return {k: W[:, r] for k, r in row.items()}, {k: feasible[r] for k, r in row.items()}
 
 
 def local_convergence(
@@ -535,9 +552,9 @@ def local_convergence(
         steps, lr: NGD iterations and step size (both halves).  kq_normalize: "separate" (each factor
             by its own gradient norm, as the official code) or "joint" (:func:`train_kq`).
         kq_seed: seed of the (K, Q) initialisation.  record_steps: steps to record (default: the last).
-        processes: 1, or 2 to run the two halves, which are independent, in two processes at once
-            (:func:`attnlib.optim.run_independent`; the results are the same). Default: 2 if
-            :func:`attnlib.optim.default_processes` allows it.
+        processes: 1, or 2 to run the two halves, which are independent, in two processes at once,
+            then the SVM pairs in two parts (:func:`attnlib.optim.run_independent`; the results are
+            the same). Default: 2 if :func:`attnlib.optim.default_processes` allows it.
 
     >>> import attnlib as al
     >>> probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
@@ -560,16 +577,17 @@ def local_convergence(
     args = {kind: (kind, stack, steps, lr, record, K0, Q0, kq_normalize) for kind in ("W", "KQ")}
     # the (K, Q) half, the longer, first; the worker is forked after the arguments are in place, so they need no
     # pickling (a problem's loss holds lambdas): only the results travel back
-    done = dict(zip(("KQ", "W"), run_independent([partial(_local_half, *args[k]) for k in ("KQ", "W")], processes)))
-    halves = {kind: done[kind] for kind in ("W", "KQ")}
-    seconds = {f"{what}_{kind}": halves[kind][k] for kind in halves for k, what in ((4, "train"), (5, "svm"))}
+    done = dict(zip(("KQ", "W"), run_independent([partial(_train_half, *args[k]) for k in ("KQ", "W")], processes)))
+    trained = time.perf_counter()
+    svms, feasible = _distinct_svms(stack, {k: done[k][1] for k in done}, processes)
+    seconds = {"train_W": done["W"][2], "train_KQ": done["KQ"][2], "svm": time.perf_counter() - trained}
     seconds["total"] = time.perf_counter() - start
     return LocalConvergence(
         steps=record,
-        W={k: h[0] for k, h in halves.items()},
-        select={k: h[1] for k, h in halves.items()},
-        svms={k: h[2] for k, h in halves.items()},
-        feasible={k: h[3] for k, h in halves.items()},
+        W={k: done[k][0] for k in ("W", "KQ")},
+        select={k: done[k][1] for k in ("W", "KQ")},
+        svms=svms,
+        feasible=feasible,
         seconds=seconds,
         processes=processes,
     )

@@ -6,6 +6,7 @@ import pytest
 import attnlib as al
 from attnlib import paths  # noqa: E402
 from attnlib.experiments import local_convergence as local  # noqa: E402
+from attnlib.svm import svm_constraints, svm_pair_batch
 
 
 def test_rank_grid_counts_infeasible_apart():
@@ -63,6 +64,23 @@ def test_local_convergence_is_train_and_train_kq_in_one_or_two_processes():
         al.experiments.factorization.local_convergence(probs, 5, processes=3)
     with pytest.raises(ValueError, match="self-attention"):
         al.experiments.factorization.local_convergence([al.datasets.loss_study(3.0)] * 2, 5)
+
+
+def test_distinct_svms_solve_each_pair_once_and_give_each_half_its_own():
+    probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(4)]
+    stack = al.stack_problems(probs)
+    opt = np.array([p.opt for p in probs])
+    other = opt.copy()
+    other[[1, 3], 0] = (opt[[1, 3], 0] + 1) % 5  # two problems where the halves select differently
+    selections = {"W": opt, "KQ": other}
+    for processes in (1, 2):
+        svms, feasible = al.experiments.factorization._distinct_svms(stack, selections, processes)
+        for kind, select in selections.items():  # each half as if solved on its own
+            cons = [svm_constraints(*p.factors, a) for p, a in zip(probs, select)]
+            W, _, ok, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
+            assert np.array_equal(svms[kind], W, equal_nan=True) and np.array_equal(feasible[kind], ok)
+    # the control: the halves differ where their selections differ, so a mix-up of rows would be seen
+    assert not np.array_equal(svms["W"][:, 1], svms["KQ"][:, 1], equal_nan=True)
 
 
 def test_selection_log_gap_matches_direct_difference_and_its_gradient():
