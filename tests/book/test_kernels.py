@@ -125,3 +125,33 @@ def test_chapter_figure_cells_only_draw(notebook):
     """A cell tagged ``figure`` (skipped by checks-only runs) binds nothing a later cell reads and makes no check."""
     cells = json.loads(notebook.read_text())["cells"]
     assert kernels.figure_cell_problems(cells) == []
+
+
+def test_a_kept_kernel_gets_the_ready_client_whose_drain_is_short(fresh_pool, tmp_path):
+    km = kernels.acquire("python3", str(tmp_path))
+    client = km.client()
+    assert isinstance(client, kernels.ReadyClient)
+    client.start_channels()
+    timeouts = []
+    real_get = client.iopub_channel.get_msg
+
+    def get_msg(timeout=None):
+        timeouts.append(timeout)
+        return real_get(timeout=timeout)
+
+    try:
+        with mock.patch.object(client.iopub_channel, "get_msg", get_msg):
+            client.wait_for_ready(timeout=60)
+        # ready: one IOPub message proved the connection (0.2 s allowed for it, as jupyter_client),
+        # then the drain listened IOPUB_DRAIN_S at a time, not jupyter_client's 0.2 s
+        assert timeouts[0] == 0.2 and timeouts[-1] == kernels.IOPUB_DRAIN_S < 0.2
+        reply = client.execute_interactive("print(6 * 7)", timeout=60, output_hook=lambda msg: None)
+        assert reply["content"]["status"] == "ok"
+    finally:
+        client.stop_channels()
+    # and a notebook run on it after the short drain has its own outputs, not a stray of the kernel_info
+    nb = _notebook(tmp_path / "after.ipynb", ["print('first cell')", "1 + 1"])
+    execute_notebook(str(nb), str(tmp_path / "after_out.ipynb"), {}, warm_kernel=True)
+    cells = [c for c in json.loads((tmp_path / "after_out.ipynb").read_text())["cells"] if c["cell_type"] == "code"]
+    assert "".join(cells[0]["outputs"][0]["text"]) == "first cell\n"
+    assert "".join(cells[1]["outputs"][0]["data"]["text/plain"]) == "2"
