@@ -29,7 +29,7 @@ from scipy.sparse import block_diag
 from scipy.special import expit
 
 from .losses import Loss
-from .model import AttentionProblem, ProblemStack, TokenSelectionProblem, logsumexp
+from .model import AttentionProblem, ProblemStack, TokenSelectionProblem, logsumexp, terms_and_scaled_grad
 from .optim import Trajectory, train
 
 __all__ = [
@@ -305,7 +305,8 @@ def gradient_flow(
 
     def field(u, y):
         flat = y.reshape(B, size)
-        m, g = prob.scaled_grad_from(prob.terms_from_flat(flat))
+        # the trainers' fused step (the same numbers up to rounding), without log δ, which the field never reads
+        _, m, g = terms_and_scaled_grad(prob, flat, log_delta=False)
         with np.errstate(under="ignore"):
             scale = np.exp(np.where(np.isfinite(m), u + m, -np.inf))  # 0 where the gradient is exactly 0
         return (-scale[:, None] * g).ravel()

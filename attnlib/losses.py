@@ -72,9 +72,24 @@ class Loss:
     derivative: Callable[[np.ndarray], np.ndarray]
     excess: Callable[[np.ndarray, np.ndarray], np.ndarray]
     log_excess: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    #: ``log(−ℓ'(u))`` in closed form, if the loss has one (else :meth:`log_slope` takes the log of
+    #: ``−derivative``): what every gradient step reads, in one or two array operations.
+    log_neg_derivative: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __repr__(self) -> str:
         return f"Loss({self.name!r})"
+
+    def log_slope(self, u) -> np.ndarray:
+        """``log(−ℓ'(u))``, elementwise (−inf where ``ℓ'(u)`` is 0).
+
+        >>> u = np.array([-3.0, 0.0, 40.0])
+        >>> bool(np.allclose(get_loss("logistic").log_slope(u), np.log(expit(-u)), rtol=1e-15))
+        True
+        """
+        if self.log_neg_derivative is not None:
+            return self.log_neg_derivative(np.asarray(u, float))
+        with np.errstate(divide="ignore"):
+            return np.log(-self.derivative(u))
 
 
 def _logistic_log_excess(gamma, log_delta):
@@ -107,6 +122,7 @@ LOSSES: dict[str, Loss] = {
         derivative=lambda u: -expit(-np.asarray(u, float)),
         excess=lambda g, d: np.log1p(np.expm1(d) * expit(-np.asarray(g, float))),
         log_excess=_logistic_log_excess,
+        log_neg_derivative=lambda u: -np.logaddexp(0.0, u),  # log σ(−u) = −log(1 + eᵘ)
     ),
     "exponential": Loss(
         "exponential",
@@ -114,6 +130,7 @@ LOSSES: dict[str, Loss] = {
         derivative=lambda u: -np.exp(-np.asarray(u, float)),
         excess=lambda g, d: np.exp(-np.asarray(g, float)) * np.expm1(d),
         log_excess=_exponential_log_excess,
+        log_neg_derivative=lambda u: -u,
     ),
     "linear": Loss(
         "linear",
@@ -121,6 +138,7 @@ LOSSES: dict[str, Loss] = {
         derivative=lambda u: -np.ones_like(np.asarray(u, float)),
         excess=lambda g, d: np.asarray(d, float) + 0.0 * np.asarray(g, float),
         log_excess=lambda g, ld: np.asarray(ld, float) + 0.0 * np.asarray(g, float),
+        log_neg_derivative=np.zeros_like,
     ),
 }
 
@@ -154,4 +172,5 @@ CROSS_ENTROPY = Loss(
     derivative=lambda u: -1.0 / np.asarray(u, float),
     excess=lambda g, d: -np.log1p(-np.asarray(d, float) / np.asarray(g, float)),
     log_excess=_ce_log_excess,
+    log_neg_derivative=lambda u: -np.log(u),
 )

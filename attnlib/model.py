@@ -304,7 +304,7 @@ def _scaled_weights(
     # subtraction is antisymmetric), so one subtraction gives the sum without a second pass.
     diff = ref_minus_output - ref_gap
     with np.errstate(divide="ignore"):
-        log_neg_dloss = np.log(-loss.derivative(output))
+        log_neg_dloss = loss.log_slope(output)
         log_weight = -np.log(n) if sample_weight is None else np.log(sample_weight)[..., None]
         log_abs = log_neg_dloss[..., None] + log_weight + log_sigma + np.log(np.abs(diff))
     log_abs = np.where(is_ref, -np.inf, log_abs)
@@ -393,7 +393,8 @@ def _fused_step(
     """
     T, B, n = logits.shape
     shifted = logits - logits.max(axis=0)
-    exp_shifted = _exp_flushed(shifted)
+    # no entry below e^−700 (most steps of a small problem): the flush would change nothing
+    exp_shifted = np.exp(shifted) if shifted.min() >= _EXP_NORMAL else _exp_flushed(shifted)
     norm = exp_shifted.sum(axis=0)
     log_norm = np.log(norm)
     log_sigma = shifted - log_norm
@@ -418,7 +419,7 @@ def _fused_step(
     # u_i − γ_it (= −(γ_it − u_i) exactly: IEEE subtraction is antisymmetric), cancellation-free
     neg_diff = ref_gap - ref_minus_output
     log_abs = np.log(np.abs(neg_diff))  # log |w_it| = log|u_i − γ_it| + log(−ℓ'(u_i)/n) + log σ_it
-    log_abs += np.log(-loss.derivative(output)) - np.log(n)
+    log_abs += loss.log_slope(output) - np.log(n)
     log_abs += log_sigma
     log_abs.reshape(-1)[ref] = -np.inf
     # the largest per member, over tokens then samples (a max over the short last axis of (B, n) is
@@ -1032,7 +1033,7 @@ class JointAttention:
         m_p, w = _scaled_weights(terms.log_sigma, gamma, terms.output, self.loss, sample_weight)
         g_p = self._keys_adjoint(w)
         with np.errstate(divide="ignore"):
-            log_neg_dloss = np.log(-self.loss.derivative(terms.output))  # (*batch, n)
+            log_neg_dloss = self.loss.log_slope(terms.output)  # (*batch, n)
             if sample_weight is not None:  # weights 0 give -inf: those samples drop out
                 log_neg_dloss = log_neg_dloss + np.log(sample_weight)
         m_v = np.max(log_neg_dloss, axis=-1)
@@ -1336,7 +1337,7 @@ class NonlinearHeadAttention:
         )
         is_ref = np.arange(self.X.shape[1]) == ref[..., None]
         with np.errstate(divide="ignore"):
-            log_abs = np.log(-self.loss.derivative(out))[..., None] + log_sigma + np.log(np.abs(c)) - np.log(self.n)
+            log_abs = self.loss.log_slope(out)[..., None] + log_sigma + np.log(np.abs(c)) - np.log(self.n)
         log_abs = np.where(is_ref, -np.inf, log_abs)
         m = np.max(log_abs, axis=(-2, -1))
         finite_m = np.where(np.isfinite(m), m, 0.0)
@@ -1464,7 +1465,7 @@ class ReluHeadStack:
         c = score - (score * is_ref).sum(-1, keepdims=True)  # ⟨∇relu, U_it − U_ir⟩, exactly 0 at r
         c = c - (np.exp(log_sigma) * c).sum(-1, keepdims=True)
         with np.errstate(divide="ignore"):
-            log_abs = np.log(-self.loss.derivative(terms.output))[..., None] + log_sigma + np.log(np.abs(c))
+            log_abs = self.loss.log_slope(terms.output)[..., None] + log_sigma + np.log(np.abs(c))
         log_abs = np.where(is_ref, -np.inf, log_abs - np.log(n))
         m = log_abs.reshape(S, n * T).max(axis=-1)
         finite_m = np.where(np.isfinite(m), m, 0.0)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from .losses import Loss, get_loss, log_expit
+from .losses import Loss, get_loss
 from .model import NonlinearHeadAttention, TokenSelectionProblem, factor_grad, log_softmax, logsumexp, stack_problems
 from .svm import max_margin
 
@@ -1008,7 +1008,7 @@ def _log_abs_excess(loss: Loss, gamma, delta) -> tuple[np.ndarray, np.ndarray]:
     sign = np.sign(delta)
     ad = np.abs(delta)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        log_slope = np.log(-loss.derivative(gamma)) if loss.name == "exponential" else log_expit(-gamma)
+        log_slope = loss.log_slope(gamma)
         first = log_slope + np.log(ad)
         # log|expm1(δ)| for any δ: δ + log1p(−e^{−δ}) for large δ
         log_em1 = np.where(
@@ -1047,7 +1047,7 @@ def joint_log_gap(X, y, keys, select, p, v, loss) -> tuple[np.ndarray, np.ndarra
     log_e, s_e = _log_abs_excess(loss, g_sel, s_delta * np.exp(np.minimum(log_delta, 700.0)))
     # |δ| may underflow in exp(log_delta): the first-order branch then needs log_delta itself
     with np.errstate(divide="ignore"):
-        log_slope = np.log(-loss.derivative(g_sel)) if loss.name == "exponential" else log_expit(-g_sel)
+        log_slope = loss.log_slope(g_sel)
     tiny = log_delta < np.log(1e-8)
     log_e = np.where(tiny, log_slope + log_delta, log_e)
     s_e = np.where(tiny, s_delta, s_e)

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.integrate import solve_ivp
-from scipy.special import log_expit
 
 from ..datasets import JOINT_P0, JOINT_V0, random_joint_tokens
 from ..flow import flow_grid, loss_curvature_bounds
@@ -260,7 +259,7 @@ def joint_path_bounds(X, y, select, path: JointPath, svms, W=None, loss: str = "
         if s_ray <= 0:
             continue
         with np.errstate(divide="ignore"):
-            log_slope = np.log(-loss.derivative(g_sel)) if loss.name == "exponential" else log_expit(-g_sel)
+            log_slope = loss.log_slope(g_sel)
             log_w = np.min(np.where(others[S], log_slope[S][:, None] + np.log(g_sel[S][:, None] - gamma[S]), np.inf))
         head = log_w - np.log(n) - lg_ray
         with np.errstate(over="ignore"):
