@@ -24,7 +24,8 @@ def test_numpy_sigmoids_match_scipy_within_two_ulp():
     with np.errstate(over="ignore"):
         for ours, ref in ((al.losses.expit, special.expit), (al.losses.log_expit, special.log_expit)):
             a, b = ours(x), ref(x)
-            assert np.array_equal(np.isfinite(a), np.isfinite(b)) and np.array_equal(a[~np.isfinite(a)], b[~np.isfinite(b)])
+            assert np.array_equal(np.isfinite(a), np.isfinite(b))
+            assert np.array_equal(a[~np.isfinite(a)], b[~np.isfinite(b)])
             ok = np.isfinite(a)
             # two ulp of the larger value (numpy's exp and log1p against the C library's, then one
             # more rounding), or the smallest normal where both are subnormal or zero
