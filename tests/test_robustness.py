@@ -139,6 +139,19 @@ def test_a_table_is_stale_once_its_chapter_code_changes(tmp_path):
     assert robustness.stale_chapters(root, record, ["seeded"]) == [], "prose does not make a table stale"
 
 
+def test_a_rerun_keeps_the_seeds_a_redesign_has_seen(tmp_path):
+    root = _seeded_root(tmp_path)
+    robustness.run_robustness([3, 6], chapters=["seeded"], jobs=1, root=root, progress=False)
+    path = root / "book/robustness/sweep.json"
+    record = json.loads(path.read_text())
+    assert "seen_before" not in record["chapters"]["seeded"]  # the control: nothing is invented
+    record["chapters"]["seeded"]["seen_before"] = [[3, 3]]
+    path.write_text(json.dumps(record))
+    robustness.run_robustness([3, 6, 7], chapters=["seeded"], jobs=1, root=root, progress=False)
+    entry = json.loads(path.read_text())["chapters"]["seeded"]
+    assert entry["seen_before"] == [[3, 3]] and entry["seed_range"] == [3, 7]
+
+
 def test_a_table_holds_only_the_rows_of_the_run_that_made_it(tmp_path):
     """A changed chapter rerun on the same seeds: the sweep keeps the earlier points, the table does not."""
     root = _seeded_root(tmp_path)
