@@ -166,3 +166,19 @@ def test_a_table_holds_only_the_rows_of_the_run_that_made_it(tmp_path):
     assert len(keys) == len(set(keys)), "a seed's checks appear twice"
     digest = json.loads((root / "book/robustness/sweep.json").read_text())["chapters"]["seeded"]["numerics_digest"]
     assert digest == robustness.source_digest(root, "seeded")
+
+
+def test_chapters_share_one_pool_and_the_record_has_the_whole_run(tmp_path):
+    """Two chapters through one pool of workers: each gets its table and entry; the entries' wall times are
+    their shares of the run's wall time, which the record's ``run`` gives."""
+    root = _seeded_root(tmp_path)
+    shutil.copy(root / "notebooks" / "seeded.ipynb", root / "notebooks" / "seeded_again.ipynb")
+    chapters = ["seeded", "seeded_again"]
+    record = robustness.run_robustness([3, 4, 6], chapters=chapters, jobs=2, root=root, progress=False)
+    for chapter in chapters:
+        assert record["chapters"][chapter]["failed_seeds"] == [3]
+        assert [r["seed"] for r in robustness.read_table(root / f"book/robustness/{chapter}.csv")].count(6) >= 1
+    run = json.loads((root / "book/robustness/sweep.json").read_text())["run"]
+    assert run["chapters"] == chapters and run["seed_range"] == [3, 6] and run["jobs"] == 2
+    shares = [record["chapters"][c]["wall_s"] for c in chapters]
+    assert all(share >= 0 for share in shares) and sum(shares) <= run["wall_s"] + 0.2

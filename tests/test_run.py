@@ -530,3 +530,20 @@ def test_papermill_reads_every_parameter_the_book_does(chapter):
     assert papermill_names(cell.source) == readable, "a comment in the parameters cell hides a parameter from papermill"
     unreadable = set(run.notebook_parameters(chapter)) - set(readable)
     assert all("=" in run.notebook_parameters(chapter)[name].__repr__() for name in unreadable), unreadable
+
+
+def test_validation_reads_the_notebook_as_it_is_now(tmp_path):
+    """A sweep parses a notebook's validation once per content: a changed spec is the one applied, the
+    unchanged file is not parsed again."""
+    notebook = json.loads(PARAMETERS.read_text())
+    path = tmp_path / "parameters.ipynb"
+    path.write_text(json.dumps(notebook))
+    run.check_values(path, {"steps": 2})
+    assert run._validation_nodes(path) is run._validation_nodes(path)  # parsed once
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"])
+        cell["source"] = source.replace("integer(minimum=1", "integer(minimum=3")
+    assert "minimum=3" in json.dumps(notebook), "the fixture's spec moved: update this test"
+    path.write_text(json.dumps(notebook))
+    with pytest.raises(run.ParameterError, match="steps"):
+        run.check_values(path, {"steps": 2})

@@ -182,3 +182,37 @@ def test_dask_backend_on_a_local_cluster(tmp_path):
     result = run_sweep(FIXTURE, {"steps": [1, 2]}, tmp_path, jobs=2, backend="dask", progress=False)
     assert [r["status"] for r in result.rows] == ["ok", "ok"]
     assert [r["steps_seen"] for r in result.rows] == [1, 2]
+
+
+@pytest.mark.notebook
+def test_sweeps_through_one_pool_give_each_sweep_its_own_table(tmp_path):
+    """Two sweeps through one pool of workers: each gets the rows it gets alone, and its ``on_done`` once,
+    when its own last point finished; a sweep with nothing left to run is done before any point runs."""
+    done = []
+    results = sweep.run_sweeps(
+        [(SEEDED, {"seed": [0, 1, 2]}, tmp_path / "a"), (OUTCOMES, {"outcome": ["pass", "claim"]}, tmp_path / "b")],
+        jobs=2,
+        progress=False,
+        on_done=lambda index, result: done.append((index, [r["status"] for r in result.rows])),
+    )
+    assert sorted(done) == [(0, ["ok", "claims failed", "ok"]), (1, ["ok", "claims failed"])]
+    alone = run_sweep(OUTCOMES, {"outcome": ["pass", "claim"]}, tmp_path / "alone", jobs=1, progress=False)
+    for together, single in zip(results[1].rows, alone.rows):  # the same verdicts and values as a sweep alone
+        assert {k: v for k, v in together.items() if k not in ("point", "duration_s")} == {
+            k: v for k, v in single.items() if k not in ("point", "duration_s")
+        }
+    assert [len(json.loads(r.json_path.read_text())["rows"]) for r in results] == [3, 2]
+    order = []
+    sweep.run_sweeps(  # both already done: each is reported at once, in order, and nothing runs
+        [(SEEDED, {"seed": [0, 1, 2]}, tmp_path / "a"), (OUTCOMES, {"outcome": ["pass", "claim"]}, tmp_path / "b")],
+        progress=False,
+        on_done=lambda index, result: order.append(index),
+    )
+    assert order == [0, 1]
+
+
+def test_sweeps_are_all_validated_before_any_runs(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "papermill", None)  # nothing may get as far as a kernel
+    with pytest.raises(ParameterError, match="at the grid point"):
+        sweep.run_sweeps([(SEEDED, {"seed": [0]}, tmp_path / "a"), (FIXTURE, {"steps": [1, -1]}, tmp_path / "b")])
+    assert not (tmp_path / "a").exists()

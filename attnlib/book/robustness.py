@@ -3,12 +3,14 @@
     python -m attnlib robustness --seeds 1000:1099 --jobs 2            # what `make robustness` runs
     python -m attnlib robustness --seeds 1000:1099 --backend dask      # on a local Dask cluster
 
-Each chapter is swept with :func:`attnlib.book.sweep.run_sweep` (resumable, one papermill run per
-seed) into ``_build/robustness/<chapter>``; the outcome of every check at every seed is then written
-to a small committed table, ``book/robustness/<chapter>.csv`` (long format: one row per seed and
-check), with ``book/robustness/sweep.json`` recording per chapter the commit, the date, the seeds,
-the wall time and a digest of the code its numbers depend on (:func:`numerics_digest`). The book's
-robustness page reads those files, so it shows the sweep without rerunning it, and says for each
+Each chapter is swept with :func:`attnlib.book.sweep.run_sweeps` (resumable, one papermill run per
+seed, every chapter through one pool of workers) into ``_build/robustness/<chapter>``; the outcome
+of every check at every seed is then written to a small committed table,
+``book/robustness/<chapter>.csv`` (long format: one row per seed and check), with
+``book/robustness/sweep.json`` recording per chapter the commit, the date, the seeds, the wall time
+and a digest of the code its numbers depend on (:func:`numerics_digest`), and the whole run's wall
+time under ``run``. The book's robustness page reads those files, so it shows the sweep without
+rerunning it, and says for each
 chapter whether its table is still current.
 
 >>> rows = [{"check": "a", "status": "passed"}, {"check": "a", "status": "failed"},
@@ -36,7 +38,7 @@ from .checks import FAILED, NOT_APPLICABLE, STATUSES, status_of
 from .files import log as _log
 from .files import write_atomically, write_json_atomically
 from .run import EXIT_USAGE, UsageError, notebook_parameters
-from .sweep import PROJECT_ROOT, run_sweep
+from .sweep import PROJECT_ROOT, run_sweeps
 
 __all__ = [
     "THEOREM_CHAPTERS",
@@ -382,6 +384,12 @@ def run_robustness(
 ) -> dict:
     """Sweep every chapter over ``seeds``; write its table and the sweep's record; return the record.
 
+    The chapters' points go through one pool of workers, chapter after chapter
+    (:func:`attnlib.book.sweep.run_sweeps`): a worker keeps its kernel from one chapter to the next,
+    and no core waits for a chapter's last point. Each chapter's table is written as its last point
+    finishes; its ``wall_s`` is its share of the run's wall time (from the previous chapter's last
+    point to its own), and the record's ``run`` says how long the whole run took.
+
     ``fixed`` holds parameter values applied to every chapter that defines them (for cheap test
     runs); the committed tables are made with each chapter's defaults. ``checks_only`` (the
     default): the points draw no figure and no explorer, since a table holds only the checks
@@ -389,6 +397,7 @@ def run_robustness(
     everything drawn and requires the table's verdicts.
     """
     root = Path(root)
+    chapters = list(chapters)
     unknown = [c for c in chapters if not (root / "notebooks" / f"{c}.ipynb").exists()]
     if unknown:
         raise UsageError(f"unknown chapters {unknown}; choose among {', '.join(THEOREM_CHAPTERS)}")
@@ -396,24 +405,18 @@ def run_robustness(
         raise UsageError("seeds must not be empty")
     table_dir = root / TABLE_DIR if table_dir is None else Path(table_dir)
     table_dir.mkdir(parents=True, exist_ok=True)
-    # Chapters swept earlier keep their entries: `--chapters` refreshes some of them.
-    record = read_record(table_dir)
-    record.setdefault("chapters", {})
+    sweeps = []
     for chapter in chapters:
         notebook = root / "notebooks" / f"{chapter}.ipynb"
         known = notebook_parameters(notebook) or {}
         grid = {"seed": list(seeds), **{k: [v] for k, v in (fixed or {}).items() if k in known}}
-        start = time.perf_counter()
-        result = run_sweep(
-            notebook,
-            grid,
-            out=root / "_build" / "robustness" / chapter,
-            jobs=jobs,
-            backend=backend,
-            scheduler=scheduler,
-            progress=progress,
-            checks_only=checks_only,
-        )
+        sweeps.append((notebook, grid, root / "_build" / "robustness" / chapter))
+    start = time.perf_counter()
+    last_done = start
+
+    def collect(index: int, result) -> None:
+        nonlocal last_done
+        chapter, now = chapters[index], time.perf_counter()
         # The table describes this run only: rows of earlier grids in the sweep's folder (another
         # version of the chapter, the same seeds) stay in the sweep's own results, not in the table.
         current = result.rows[: len(result.rows) - result.kept]
@@ -422,10 +425,24 @@ def run_robustness(
             backend=backend if scheduler is None else f"dask ({scheduler})",
             jobs=jobs,
             checks_only=checks_only,
-            wall_s=round(time.perf_counter() - start, 1),
+            wall_s=round(now - last_done, 1),
         )
+        last_done = max(last_done, now)
         write_json_atomically(table_dir / "sweep.json", record)
         _log(f"[robustness] {chapter}: ok on {record['chapters'][chapter]['ok']} of {len(seeds)} seeds")
+
+    run_sweeps(sweeps, jobs=jobs, backend=backend, scheduler=scheduler, progress=progress, checks_only=checks_only,
+               on_done=collect)  # fmt: skip
+    record = read_record(table_dir)
+    record["run"] = {
+        "chapters": chapters,
+        "seed_range": [min(seeds), max(seeds)],
+        "jobs": jobs,
+        "commit": _commit(root),
+        "finished": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+    write_json_atomically(table_dir / "sweep.json", record)
     return record
 
 

@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime
+import hashlib
 import io
 import json
 import os
@@ -291,6 +292,34 @@ def _code_cells(notebook: dict):
                 continue
 
 
+_VALIDATION_NODES: dict[str, tuple] = {}  # by the sha256 of a notebook file's content
+
+
+def _validation_nodes(path: Path) -> tuple[tuple[ast.Call, ...], tuple[ast.If, ...]]:
+    """The notebook's ``validate(globals(), ...)`` calls and its ``if ...: raise ValueError("parameter ...")``
+    tests, in the order of its code cells: parsed once per content of the file (a sweep validates
+    every grid point against the same notebook)."""
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"notebook not found: {path}") from None
+    digest = hashlib.sha256(content).hexdigest()
+    if digest not in _VALIDATION_NODES:
+        try:
+            notebook = json.loads(content)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"not a notebook (invalid JSON): {path}: {exc}") from None
+        calls, refusals = [], []
+        for tree in _code_cells(notebook):
+            for node in ast.walk(tree):
+                if _is_validate_call(node):
+                    calls.append(node)
+                elif isinstance(node, ast.If) and _refusal(node) is not None:
+                    refusals.append(node)
+        _VALIDATION_NODES[digest] = (tuple(calls), tuple(refusals))
+    return _VALIDATION_NODES[digest]
+
+
 def parameter_specs(path: str | os.PathLike, values: dict | None = None) -> dict[str, ParameterInfo]:
     """Every parameter of a notebook with the specs its ``validate(globals(), ...)`` calls declare.
 
@@ -320,23 +349,22 @@ def parameter_specs(path: str | os.PathLike, values: dict | None = None) -> dict
                         infos[target.id].description = comments.get(node.end_lineno, "")
             break
     namespace = _spec_namespace({**defaults, **(values or {})})
-    for tree in _code_cells(notebook):
-        for node in ast.walk(tree):
-            if _is_validate_call(node):
-                for keyword in node.keywords:
-                    info = infos.get(keyword.arg)
-                    if info is None:
-                        continue  # validated but not a parameter: the notebook raises NameError itself
-                    used = sorted({n.id for n in ast.walk(keyword.value) if isinstance(n, ast.Name)} & set(infos))
-                    info.depends_on += [n for n in used if n not in info.depends_on and n != info.name]
-                    try:
-                        info.specs.append(eval(compile(ast.Expression(keyword.value), str(path), "eval"), namespace))
-                    except Exception:  # names only the notebook defines: shown as written
-                        info.unread.append(ast.unparse(keyword.value))
-            elif isinstance(node, ast.If) and (refusal := _refusal(node)) is not None:
-                for name in _message_names(refusal.exc.args[0]):
-                    if name in infos:
-                        infos[name].constraints.append(f"refused if {ast.unparse(node.test)}")
+    calls, refusals = _validation_nodes(path)
+    for node in calls:
+        for keyword in node.keywords:
+            info = infos.get(keyword.arg)
+            if info is None:
+                continue  # validated but not a parameter: the notebook raises NameError itself
+            used = sorted({n.id for n in ast.walk(keyword.value) if isinstance(n, ast.Name)} & set(infos))
+            info.depends_on += [n for n in used if n not in info.depends_on and n != info.name]
+            try:
+                info.specs.append(eval(compile(ast.Expression(keyword.value), str(path), "eval"), namespace))
+            except Exception:  # names only the notebook defines: shown as written
+                info.unread.append(ast.unparse(keyword.value))
+    for node in refusals:
+        for name in _message_names(_refusal(node).exc.args[0]):
+            if name in infos:
+                infos[name].constraints.append(f"refused if {ast.unparse(node.test)}")
     return infos
 
 
@@ -357,16 +385,14 @@ def check_values(path: str | os.PathLike, overrides: dict) -> None:
             except ValueError as exc:
                 raise ParameterError(str(exc)) from None
     namespace = _spec_namespace(values)
-    for tree in _code_cells(_read_notebook(path)):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and (refusal := _refusal(node)) is not None:
-                try:
-                    refused = bool(eval(compile(ast.Expression(node.test), str(path), "eval"), namespace))
-                    message = eval(compile(ast.Expression(refusal.exc.args[0]), str(path), "eval"), namespace)
-                except Exception:  # the test needs the notebook's data: the notebook checks it
-                    continue
-                if refused:
-                    raise ParameterError(str(message))
+    for node in _validation_nodes(path)[1]:
+        try:
+            refused = bool(eval(compile(ast.Expression(node.test), str(path), "eval"), namespace))
+            message = eval(compile(ast.Expression(_refusal(node).exc.args[0]), str(path), "eval"), namespace)
+        except Exception:  # the test needs the notebook's data: the notebook checks it
+            continue
+        if refused:
+            raise ParameterError(str(message))
 
 
 def format_parameters(path: str | os.PathLike) -> str:

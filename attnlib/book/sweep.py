@@ -67,7 +67,17 @@ from .run import (
 )
 from .run import parse_value as _parse_literal
 
-__all__ = ["MAX_POINTS", "SweepPoint", "SweepResult", "grid_size", "parse_grid", "grid_points", "run_sweep", "main"]
+__all__ = [
+    "MAX_POINTS",
+    "SweepPoint",
+    "SweepResult",
+    "grid_size",
+    "parse_grid",
+    "grid_points",
+    "run_sweep",
+    "run_sweeps",
+    "main",
+]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_POINTS = 200  # a larger grid runs only when asked for (--yes): 200 chapter runs are hours
@@ -339,6 +349,60 @@ def _executor(backend: str, scheduler: str | None, jobs: int):
     return Client(cluster), cluster
 
 
+@dataclass
+class _Sweep:
+    """One sweep made ready to run: its validated points, the rows it keeps, what each point has given."""
+
+    notebook: Path
+    grid: dict[str, list]
+    out: Path
+    points: list[SweepPoint]
+    earlier: list[dict]
+    summaries: dict[str, dict | None]
+
+    @property
+    def todo(self) -> list[SweepPoint]:
+        return [p for p in self.points if self.summaries[p.key] is None]
+
+    def rows(self) -> list[dict]:
+        return [_row(p, self.summaries[p.key]) for p in self.points] + self.earlier
+
+    def record(self, point: SweepPoint, summary: dict) -> None:
+        """Keep a finished point's summary and rewrite the tables (an interrupted sweep keeps them)."""
+        self.summaries[point.key] = summary
+        _write_tables(self.out, str(self.notebook), self.grid, self.rows())
+
+    def result(self) -> SweepResult:
+        rows = self.rows()
+        csv_path, json_path = _write_tables(self.out, str(self.notebook), self.grid, rows)
+        return SweepResult(rows, csv_path, json_path, kept=len(self.earlier))
+
+
+def _prepare(notebook, grid: dict[str, list], out, max_points: int | None) -> _Sweep:
+    """Validate a sweep before anything runs (see :func:`run_sweep` for what is refused) and find its points."""
+    notebook = Path(notebook)
+    defaults = notebook_parameters(notebook)
+    if defaults is None:
+        raise UsageError(f"{notebook} has no cell tagged 'parameters', so it cannot be swept")
+    unknown = sorted(set(grid) - set(defaults))
+    if unknown:
+        raise UsageError(f"unknown parameters {unknown} for {notebook}; valid names: {', '.join(defaults)}")
+    size = grid_size(grid)
+    if max_points is not None and size > max_points:
+        raise UsageError(
+            f"the grid has {size} points, more than {max_points}: pass --yes (run_sweep(max_points=None)) "
+            "to run them all"
+        )
+    for parameters in grid_points(grid):
+        try:
+            check_values(notebook, parameters)
+        except ParameterError as exc:
+            raise ParameterError(f"{exc} (at the grid point {parameters})") from None
+    out = Path(out) if out is not None else PROJECT_ROOT / "_build" / "sweeps" / notebook.stem
+    points = _points(notebook, grid, out)
+    return _Sweep(notebook, grid, out, points, _earlier_rows(out, points), {p.key: _is_done(p) for p in points})
+
+
 def run_sweep(
     notebook: str | os.PathLike,
     grid: dict[str, list],
@@ -369,69 +433,88 @@ def run_sweep(
             ``max_points``.
         ParameterError: before anything runs, for a point whose values the notebook's specs refuse.
     """
-    notebook = Path(notebook)
-    defaults = notebook_parameters(notebook)
-    if defaults is None:
-        raise UsageError(f"{notebook} has no cell tagged 'parameters', so it cannot be swept")
-    unknown = sorted(set(grid) - set(defaults))
-    if unknown:
-        raise UsageError(f"unknown parameters {unknown} for {notebook}; valid names: {', '.join(defaults)}")
+    return run_sweeps(
+        [(notebook, grid, out)], jobs, backend, scheduler, progress, max_points=max_points, checks_only=checks_only
+    )[0]
+
+
+def run_sweeps(
+    sweeps: list[tuple],
+    jobs: int = 1,
+    backend: str = "local",
+    scheduler: str | None = None,
+    progress: bool = True,
+    max_points: int | None = MAX_POINTS,
+    checks_only: bool = False,
+    on_done=None,
+) -> list[SweepResult]:
+    """Several sweeps, ``(notebook, grid, out)`` each, as :func:`run_sweep` runs one, through one pool of workers.
+
+    Every sweep is validated before anything runs. Their points are queued in the order given, so
+    the workers (and the kernels they keep) pass from one sweep to the next without stopping: no
+    worker waits for the last point of a sweep, and none starts again for the next one.
+    ``on_done(index, result)`` is called as each sweep's last point finishes (at once for a sweep
+    with nothing left to run); an interrupted run keeps the tables of every sweep so far.
+    ``max_points`` applies to each sweep.
+    """
     if not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"jobs must be a positive integer, got {jobs!r}")
     if backend not in ("local", "dask"):
         raise UsageError(f"backend must be 'local' or 'dask', got {backend!r}")
-    size = grid_size(grid)
-    if max_points is not None and size > max_points:
-        raise UsageError(
-            f"the grid has {size} points, more than {max_points}: pass --yes (run_sweep(max_points=None)) "
-            "to run them all"
-        )
-    for parameters in grid_points(grid):
-        try:
-            check_values(notebook, parameters)
-        except ParameterError as exc:
-            raise ParameterError(f"{exc} (at the grid point {parameters})") from None
-    out = Path(out) if out is not None else PROJECT_ROOT / "_build" / "sweeps" / notebook.stem
-    points = _points(notebook, grid, out)
-    earlier = _earlier_rows(out, points)
+    prepared = [_prepare(notebook, grid, out, max_points) for notebook, grid, out in sweeps]
     require_jupyter("sweep")
-    summaries: dict[str, dict | None] = {p.key: _is_done(p) for p in points}
-    todo = [p for p in points if summaries[p.key] is None]
-    _log(
-        f"sweep {notebook}: {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run"
-        + (f"; {len(earlier)} rows of earlier grids kept in the table" if earlier else "")
-    )
+    for sweep in prepared:
+        _log(
+            f"sweep {sweep.notebook}: {len(sweep.points)} points, {len(sweep.points) - len(sweep.todo)} already "
+            f"done, {len(sweep.todo)} to run"
+            + (f"; {len(sweep.earlier)} rows of earlier grids kept in the table" if sweep.earlier else "")
+        )
+    todo = [(index, point) for index, sweep in enumerate(prepared) for point in sweep.todo]
+    remaining = {index: len(sweep.todo) for index, sweep in enumerate(prepared)}
+    results: dict[int, SweepResult] = {}
 
-    def record(point: SweepPoint, summary: dict) -> None:
-        summaries[point.key] = summary
-        _write_tables(out, str(notebook), grid, [_row(p, summaries[p.key]) for p in points] + earlier)
+    def finish(index: int) -> None:
+        results[index] = prepared[index].result()
+        if on_done is not None:
+            on_done(index, results[index])
 
-    out.mkdir(parents=True, exist_ok=True)
+    for index in [i for i, count in remaining.items() if count == 0]:
+        finish(index)
+    for sweep in prepared:
+        sweep.out.mkdir(parents=True, exist_ok=True)
     bar = None
     if progress and todo:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc=notebook.stem, unit="point")
+        name = prepared[0].notebook.stem if len(prepared) == 1 else f"{len(prepared)} notebooks"
+        bar = tqdm(total=len(todo), desc=name, unit="point")
     with cores_per_notebook(jobs):  # points at once share the cores: ATTNLIB_PROCESSES for their kernels
         executor, cluster = _executor(backend, scheduler, jobs) if todo else (None, None)
         try:
             if executor is not None:
-                futures = {executor.submit(_run_point, str(notebook), p, checks_only): p for p in todo}
+                futures = {
+                    executor.submit(_run_point, str(prepared[index].notebook), point, checks_only): (index, point)
+                    for index, point in todo
+                }
                 completed = as_completed(futures)
                 if not isinstance(executor, ProcessPoolExecutor):
                     from dask.distributed import as_completed as dask_completed
 
                     completed = dask_completed(list(futures))
                 for future in completed:
-                    point = futures[future]
+                    index, point = futures[future]
                     try:
                         summary = future.result()
                     except Exception as exc:  # the worker itself died
                         summary = {"status": ERROR, "error": f"{type(exc).__name__}: {exc}", "duration_s": None}
-                    record(point, summary)
+                    prepared[index].record(point, summary)
+                    remaining[index] -= 1
+                    if remaining[index] == 0:
+                        finish(index)
                     if bar is not None:
                         bar.update(1)
-                        bar.set_postfix(failed=sum(1 for s in summaries.values() if s and s["status"] != OK))
+                        failed = sum(1 for s in prepared for v in s.summaries.values() if v and v["status"] != OK)
+                        bar.set_postfix(failed=failed)
         finally:
             if bar is not None:
                 bar.close()
@@ -441,9 +524,10 @@ def run_sweep(
                 executor.close()
             if cluster is not None:
                 cluster.close()
-            rows = [_row(p, summaries[p.key]) for p in points] + earlier
-            csv_path, json_path = _write_tables(out, str(notebook), grid, rows)
-    return SweepResult(rows, csv_path, json_path, kept=len(earlier))
+            for index, sweep in enumerate(prepared):
+                if index not in results:  # interrupted: the tables as they stand
+                    results[index] = sweep.result()
+    return [results[index] for index in range(len(prepared))]
 
 
 SWEEP_EXIT_CODES_HELP = f"""exit codes:
