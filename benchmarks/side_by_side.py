@@ -13,9 +13,11 @@ process too: import attnlib, build the same 100 data sets (``datasets.random_tok
 seed=s, queries="cross")``) and call ``local_convergence(probs, steps, lr=0.1,
 kq_normalize="separate")`` with ``processes=1`` and with ``processes=2``.
 
-Each round runs the official script, then attnlib in one process, then in two, one after
-another (never two at once); the whole-process wall time of every run is taken by this
-driver, with the load averages before and after. Ratios are computed only within a round (an
+Each round runs the official script, attnlib in one process and attnlib in two, one after
+another (never two at once), in an order that rotates from round to round (:func:`round_order`:
+over three rounds each kind runs first, second and third once, so no run always comes right after
+the official one); the whole-process wall time of every run is taken by this driver, with the load
+averages before and after. Ratios are computed only within a round (an
 official run and the attnlib runs right after it), never against a time from another run. The
 JSON is written after every round (``complete`` is true after the last), and a failed run
 stops the driver without writing its round.
@@ -73,6 +75,16 @@ print("SIDE_BY_SIDE " + json.dumps({
     "median_final_corr_fro_nuc": corr,
 }))
 """
+
+
+def round_order(index: int) -> tuple[str, ...]:
+    """The order of the runs in round ``index`` (from 0): :data:`KINDS` rotated by the round.
+
+    >>> [round_order(r)[0] for r in range(4)]
+    ['official', 'attnlib_1', 'attnlib_2', 'official']
+    """
+    shift = index % len(KINDS)
+    return KINDS[shift:] + KINDS[:shift]
 
 
 def official_script(notebook: Path, runs: int, steps: int) -> str:
@@ -197,16 +209,21 @@ def main(argv=None) -> int:
         attnlib_env,
     )
     rounds = []
-    for _ in range(args.rounds):
-        records = [timed_process("official", [args.official_python, str(script)], official_env, scratch)]
-        for processes in (1, 2):
-            argv_ = [args.python, "-c", ATTNLIB_SCRIPT, str(args.runs), str(args.steps), str(processes)]
-            records.append(timed_process(f"attnlib_{processes}", argv_, attnlib_env, ROOT))
+    for index in range(args.rounds):
+        records = []
+        for kind in round_order(index):
+            if kind == "official":
+                records.append(timed_process(kind, [args.official_python, str(script)], official_env, scratch))
+            else:
+                processes = kind.removeprefix("attnlib_")
+                argv_ = [args.python, "-c", ATTNLIB_SCRIPT, str(args.runs), str(args.steps), processes]
+                records.append(timed_process(kind, argv_, attnlib_env, ROOT))
         rounds.append(records)
         # Written after every round (atomically), marked complete only after the last: a run cut
         # short leaves its finished rounds, said to be fewer than asked for.
         result = dict(
             measured_together=True,
+            order="rotating",  # round r ran its kinds in round_order(r); files without it ran official, 1, 2
             complete=len(rounds) == args.rounds,
             rounds_asked=args.rounds,
             started_utc=started,

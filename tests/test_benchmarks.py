@@ -140,6 +140,15 @@ def test_summarize_forms_ratios_inside_rounds_only():
         sbs.summarize([])
 
 
+def test_rounds_rotate_the_order_of_the_runs():
+    sbs = _side_by_side_module()
+    orders = [sbs.round_order(r) for r in range(3)]
+    assert all(sorted(order) == sorted(sbs.KINDS) for order in orders)
+    for kind in sbs.KINDS:  # each kind first, second and third once over three rounds
+        assert sorted(order.index(kind) for order in orders) == [0, 1, 2]
+    assert orders[0] == sbs.KINDS  # the control of the rotation: the first round as before
+
+
 def test_official_script_sets_run_and_itn_exactly_once(tmp_path):
     sbs = _side_by_side_module()
     cells = [
@@ -164,8 +173,9 @@ def test_the_committed_side_by_side_run_carries_date_machine_and_load():
     assert data["measured_together"] is True and data["started_utc"] <= data["finished_utc"]
     assert data["machine"]["cpu"] and data["machine"]["cpus"] >= 1
     assert data["complete"] and len(data["rounds"]) == data["rounds_asked"] >= 2  # two of each at least, alternately
-    for records in data["rounds"]:
-        assert [r["kind"] for r in records] == list(sbs.KINDS)
+    for index, records in enumerate(data["rounds"]):  # in the order they ran (before the rotation: always KINDS)
+        ran = tuple(r["kind"] for r in records)
+        assert ran == (sbs.round_order(index) if data.get("order") == "rotating" else sbs.KINDS)
         for r in records:
             assert r["seconds"] > 0 and len(r["load_before"]["load_average"]) == 3 and r["load_before"]["uptime"]
     assert data["summary"] == json.loads(json.dumps(sbs.summarize(data["rounds"])))

@@ -297,7 +297,7 @@ def side_by_side_rounds(sbs) -> list[dict]:
         seconds = {k: float(by_kind[k]["seconds"]) for k in SIDE_BY_SIDE_KINDS}
         out.append(
             dict(
-                utc=by_kind["official"]["load_before"]["utc"],
+                utc=records[0]["load_before"]["utc"],  # the round's first run (the order rotates)
                 seconds=seconds,
                 load={k: by_kind[k]["load_before"]["load_average"][0] for k in SIDE_BY_SIDE_KINDS},
                 ratio_1=seconds["official"] / seconds["attnlib_1"],
