@@ -18,7 +18,7 @@ another (never two at once), in an order that rotates from round to round (:func
 over three rounds each kind runs first, second and third once, so no run always comes right after
 the official one); the whole-process wall time of every run is taken by this driver, with the load
 averages before and after. Ratios are computed only within a round (an
-official run and the attnlib runs right after it), never against a time from another run. The
+official run and the attnlib runs of the same round), never against a time from another round. The
 JSON is written after every round (``complete`` is true after the last), and a failed run
 stops the driver without writing its round.
 """

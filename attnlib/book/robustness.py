@@ -10,8 +10,7 @@ of every check at every seed is then written to a small committed table,
 ``book/robustness/sweep.json`` recording per chapter the commit, the date, the seeds, the wall time
 and a digest of the code its numbers depend on (:func:`numerics_digest`), and the whole run's wall
 time under ``run``. The book's robustness page reads those files, so it shows the sweep without
-rerunning it, and says for each
-chapter whether its table is still current.
+rerunning it, and says for each chapter whether its table is still current.
 
 >>> rows = [{"check": "a", "status": "passed"}, {"check": "a", "status": "failed"},
 ...         {"check": "b", "status": "not applicable"}]
