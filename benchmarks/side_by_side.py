@@ -13,12 +13,15 @@ process too: import attnlib, build the same 100 data sets (``datasets.random_tok
 seed=s, queries="cross")``) and call ``local_convergence(probs, steps, lr=0.1,
 kq_normalize="separate")`` with ``processes=1`` and with ``processes=2``.
 
-Each round runs the official script, attnlib in one process and attnlib in two, one after
-another (never two at once), in an order that rotates from round to round (:func:`round_order`:
-over three rounds each kind runs first, second and third once, so no run always comes right after
-the official one); the whole-process wall time of every run is taken by this driver, with the load
-averages before and after. Ratios are computed only within a round (an
-official run and the attnlib runs of the same round), never against a time from another round. The
+Before the first round both sides' sources are byte-compiled (``python -m compileall``, the
+official directory with its Python, attnlib with this one), as an installed package is: neither
+side pays for compiling its own code in every run. Each round runs the official script, attnlib
+in one process and attnlib in two, one after another (never two at once), in an order that
+rotates from round to round (:func:`round_order`: over three rounds each kind runs first, second
+and third once, so no run always comes right after the official one); the whole-process wall time
+of every run is taken by this driver, with the load averages before and after. Ratios are
+computed only within a round (an official run and the attnlib runs of the same round), never
+against a time from another round. The
 JSON is written after every round (``complete`` is true after the last), and a failed run
 stops the driver without writing its round.
 """
@@ -208,6 +211,10 @@ def main(argv=None) -> int:
         "import platform, numpy; print(f'Python {platform.python_version()}, numpy {numpy.__version__}')",
         attnlib_env,
     )
+    # Both sides run from byte-compiled sources, as an installed package does (pip compiles its files;
+    # an editable install or a checkout has none, and PYTHONDONTWRITEBYTECODE keeps Python from writing them)
+    for python, source in ((args.official_python, args.official_dir), (args.python, ROOT / "attnlib")):
+        subprocess.run([python, "-m", "compileall", "-q", str(source)], check=True, capture_output=True)
     rounds = []
     for index in range(args.rounds):
         records = []
@@ -224,6 +231,7 @@ def main(argv=None) -> int:
         result = dict(
             measured_together=True,
             order="rotating",  # round r ran its kinds in round_order(r); files without it ran official, 1, 2
+            bytecode="both sides byte-compiled before the rounds (python -m compileall)",
             complete=len(rounds) == args.rounds,
             rounds_asked=args.rounds,
             started_utc=started,

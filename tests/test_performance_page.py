@@ -92,6 +92,10 @@ def test_side_by_side_table_shows_date_machine_load_and_the_rounds_ratios():
     assert "| 170.0 | 1.70 | 1.00 | 100× | 170× | 0.5 / 0.6 / 0.7 |" in table
     assert "| 180.0 | 2.00 | 1.20 | 90× | 150× |" in table
     assert "| median of the rounds' ratios | | | | 95× | 160× | |" in table
+    assert "byte-compiled" not in table  # said only of a run that compiled both sides first
+    assert "Both sides ran from byte-compiled sources" in perf.side_by_side_table(
+        dict(_sbs([(170.0, 1.7, 1.0)]), bytecode="both sides byte-compiled before the rounds")
+    )
 
 
 def test_no_ratio_without_a_pair_measured_together():

@@ -324,6 +324,11 @@ def side_by_side_table(sbs) -> str:
         f"`{sbs['attnlib']['commit'][:8]}`, {sbs['attnlib']['versions']}. RUN = {st['runs']} data sets, "
         f"ITN = {st['steps']} steps; every time is a whole process (start, imports, the experiment)."
         + (
+            " Both sides ran from byte-compiled sources, compiled before the first round."
+            if sbs.get("bytecode")
+            else ""
+        )
+        + (
             ""
             if sbs.get("complete", True)
             else f" **Cut short: {len(rounds)} of the {sbs.get('rounds_asked', '?')} rounds asked for.**"

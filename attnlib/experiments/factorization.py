@@ -490,7 +490,8 @@ class LocalConvergence:
             (:func:`svm_pair_batch`); NaN where infeasible.
         feasible: ``{kind: (S,)}`` bool.
         seconds: wall-clock of ``train_W`` and ``train_KQ`` (each inside its process), of ``svm`` (the
-            SVM pairs of both halves, each distinct pair once) and ``total``.
+            SVM pairs of both halves, each distinct pair once: W's after its training, in its process,
+            then (K, Q)'s where they differ) and ``total``.
         processes: 1, or 2 when the two halves ran in two processes at once.
     """
 
@@ -513,25 +514,37 @@ def _train_half(kind, stack, steps, lr, record, K0, Q0, normalize):
     return W, stack.selection(W[-1]), time.perf_counter() - t0  # selection: (S, n), every problem at once
 
 
-def _distinct_svms(stack, selections: dict, processes: int) -> tuple[dict, dict]:
-    """Both W-SVMs of every half's final selection, each distinct (problem, selection) pair solved once.
+def _selection_svms(stack, rows, selections) -> tuple[np.ndarray, np.ndarray]:
+    """Both W-SVMs of the selections ``selections`` (J, n) of the problems ``rows`` (J,), in one batch
+    (:func:`svm_pair_batch`; an instance's solution does not depend on the rest of its batch).
 
-    Where the two halves select the same tokens of a problem (most problems) they share one SVM pair:
-    the pairs are solved as one batch (:func:`svm_pair_batch`; an instance's solution does not depend
-    on the rest of its batch), split in two halves when ``processes`` is 2.
+    Returns ``(W (2, J, d, d_z), feasible (J,))``: Frobenius (0) and nuclear (1), NaN where infeasible.
     """
-    S = stack.S
-    differ = np.nonzero(np.any(selections["W"] != selections["KQ"], axis=1))[0]
-    jobs = [(s, selections["W"][s]) for s in range(S)] + [(s, selections["KQ"][s]) for s in differ]
-    cons = [svm_constraints(*stack.problems[s].factors, select) for s, select in jobs]
-    a, z = np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons])
-    cut = [0, len(jobs)] if processes == 1 else [0, len(jobs) // 2, len(jobs)]
-    parts = run_independent([partial(svm_pair_batch, a[i:j], z[i:j]) for i, j in zip(cut, cut[1:])], processes)
-    W = np.concatenate([part[0] for part in parts], axis=1)
-    feasible = np.concatenate([part[2] for part in parts])
-    row = {"W": np.arange(S), "KQ": np.arange(S)}
-    row["KQ"][differ] = S + np.arange(len(differ))
-    return {k: W[:, r] for k, r in row.items()}, {k: feasible[r] for k, r in row.items()}
+    cons = [svm_constraints(*stack.problems[s].factors, select) for s, select in zip(rows, selections)]
+    W, _, feasible, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
+    return W, feasible
+
+
+def _w_half_and_its_svms(stack, steps, lr, record):
+    """The ``W`` half of :func:`local_convergence` and the SVM pairs of its final selection.
+
+    In two processes they run while ``(K, Q)``, the longer half, trains; :func:`_kq_svms` then solves
+    only the pairs where ``(K, Q)`` selects other tokens.
+    """
+    W, select, train_seconds = _train_half("W", stack, steps, lr, record, None, None, None)
+    t0 = time.perf_counter()
+    svms, feasible = _selection_svms(stack, range(stack.S), select)
+    return W, select, train_seconds, svms, feasible, time.perf_counter() - t0
+
+
+def _kq_svms(stack, select_kq, select_w, svms_w, feasible_w) -> tuple[np.ndarray, np.ndarray]:
+    """The SVM pairs of ``(K, Q)``'s final selection: ``W``'s where both halves select the same tokens
+    (most problems), solved only where they differ. Returns ``(svms (2, S, d, d_z), feasible (S,))``."""
+    svms, feasible = svms_w.copy(), feasible_w.copy()
+    differ = np.nonzero(np.any(select_kq != select_w, axis=1))[0]
+    if differ.size:
+        svms[:, differ], feasible[differ] = _selection_svms(stack, differ, select_kq[differ])
+    return svms, feasible
 
 
 def local_convergence(
@@ -552,9 +565,11 @@ def local_convergence(
         steps, lr: NGD iterations and step size (both halves).  kq_normalize: "separate" (each factor
             by its own gradient norm, as the official code) or "joint" (:func:`train_kq`).
         kq_seed: seed of the (K, Q) initialisation.  record_steps: steps to record (default: the last).
-        processes: 1, or 2 to run the two halves, which are independent, in two processes at once,
-            then the SVM pairs in two parts (:func:`attnlib.optim.run_independent`; the results are
-            the same). Default: 2 if :func:`attnlib.optim.default_processes` allows it.
+        processes: 1, or 2 to run the two halves, which are independent, in two processes at once
+            (:func:`attnlib.optim.run_independent`; the results are the same): the W half solves the
+            SVM pairs of its selection while (K, Q), the longer half, still trains, and only the pairs
+            where (K, Q) selects other tokens are left for after. Default: 2 if
+            :func:`attnlib.optim.default_processes` allows it.
 
     >>> import attnlib as al
     >>> probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(3)]
@@ -574,20 +589,27 @@ def local_convergence(
     check_schedule(steps, lr, 1)
     record = record_schedule(steps, record_steps=[steps] if record_steps is None else record_steps)
     K0, Q0 = kq_init(stack.S, *stack.shape, seed=kq_seed)
-    args = {kind: (kind, stack, steps, lr, record, K0, Q0, kq_normalize) for kind in ("W", "KQ")}
-    # the (K, Q) half, the longer, first; the worker is forked after the arguments are in place, so they need no
-    # pickling (a problem's loss holds lambdas): only the results travel back
-    done = dict(zip(("KQ", "W"), run_independent([partial(_train_half, *args[k]) for k in ("KQ", "W")], processes)))
+    # The (K, Q) half, the longer, first; the W half solves its SVM pairs after training, while (K, Q)
+    # still trains in the other process. The workers are forked after the arguments are in place, so
+    # they need no pickling (a problem's loss holds lambdas): only the results travel back.
+    kq, w = run_independent(
+        [
+            partial(_train_half, "KQ", stack, steps, lr, record, K0, Q0, kq_normalize),
+            partial(_w_half_and_its_svms, stack, steps, lr, record),
+        ],
+        processes,
+    )
+    W, select, train_w, svms_w, feasible_w, svm_w = w
     trained = time.perf_counter()
-    svms, feasible = _distinct_svms(stack, {k: done[k][1] for k in done}, processes)
-    seconds = {"train_W": done["W"][2], "train_KQ": done["KQ"][2], "svm": time.perf_counter() - trained}
+    svms_kq, feasible_kq = _kq_svms(stack, kq[1], select, svms_w, feasible_w)
+    seconds = {"train_W": train_w, "train_KQ": kq[2], "svm": svm_w + time.perf_counter() - trained}
     seconds["total"] = time.perf_counter() - start
     return LocalConvergence(
         steps=record,
-        W={k: done[k][0] for k in ("W", "KQ")},
-        select={k: done[k][1] for k in ("W", "KQ")},
-        svms=svms,
-        feasible=feasible,
+        W={"W": W, "KQ": kq[0]},
+        select={"W": select, "KQ": kq[1]},
+        svms={"W": svms_w, "KQ": svms_kq},
+        feasible={"W": feasible_w, "KQ": feasible_kq},
         seconds=seconds,
         processes=processes,
     )

@@ -66,21 +66,30 @@ def test_local_convergence_is_train_and_train_kq_in_one_or_two_processes():
         al.experiments.factorization.local_convergence([al.datasets.loss_study(3.0)] * 2, 5)
 
 
-def test_distinct_svms_solve_each_pair_once_and_give_each_half_its_own():
+def test_kq_svms_reuse_the_w_pairs_and_solve_only_where_the_selections_differ(monkeypatch):
     probs = [al.datasets.random_tokens(4, 5, 6, seed=s, queries="cross") for s in range(4)]
     stack = al.stack_problems(probs)
+    fz = al.experiments.factorization
     opt = np.array([p.opt for p in probs])
     other = opt.copy()
     other[[1, 3], 0] = (opt[[1, 3], 0] + 1) % 5  # two problems where the halves select differently
-    selections = {"W": opt, "KQ": other}
-    for processes in (1, 2):
-        svms, feasible = al.experiments.factorization._distinct_svms(stack, selections, processes)
-        for kind, select in selections.items():  # each half as if solved on its own
-            cons = [svm_constraints(*p.factors, a) for p, a in zip(probs, select)]
-            W, _, ok, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
-            assert np.array_equal(svms[kind], W, equal_nan=True) and np.array_equal(feasible[kind], ok)
+    svms_w, feasible_w = fz._selection_svms(stack, range(4), opt)
+    solved, selection_svms = [], fz._selection_svms
+
+    def counted(st, rows, sel):
+        solved.append(list(rows))
+        return selection_svms(st, rows, sel)
+
+    monkeypatch.setattr(fz, "_selection_svms", counted)
+    svms_kq, feasible_kq = fz._kq_svms(stack, other, opt, svms_w, feasible_w)
+    assert solved == [[1, 3]]  # the rows where the selections differ, and only those
+    for select, svms, feasible in ((opt, svms_w, feasible_w), (other, svms_kq, feasible_kq)):
+        cons = [svm_constraints(*p.factors, a) for p, a in zip(probs, select)]  # each half as if solved on its own
+        W, _, ok, _ = svm_pair_batch(np.stack([c[0] for c in cons]), np.stack([c[1] for c in cons]))
+        assert np.array_equal(svms, W, equal_nan=True) and np.array_equal(feasible, ok)
     # the control: the halves differ where their selections differ, so a mix-up of rows would be seen
-    assert not np.array_equal(svms["W"][:, 1], svms["KQ"][:, 1], equal_nan=True)
+    assert not np.array_equal(svms_w[:, 1], svms_kq[:, 1], equal_nan=True)
+    assert fz._kq_svms(stack, opt, opt, svms_w, feasible_w)[0] is not svms_w and solved == [[1, 3]]
 
 
 def test_selection_log_gap_matches_direct_difference_and_its_gradient():
