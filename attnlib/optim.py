@@ -549,6 +549,17 @@ class _Loop:
         return tuple(None if s < 0 else Stop(int(s), str(w)) for s, w in zip(self._step, self._reason))
 
 
+def _all_finite(x: np.ndarray) -> bool:
+    """``np.isfinite(x).all()``, in one pass and without a temporary where it holds: a finite sum
+    means finite entries (an inf or NaN entry makes the sum inf or NaN); a sum that is not finite
+    (also an overflow of finite entries) falls back to the entrywise test.
+
+    >>> _all_finite(np.array([1e308, 1e308])), _all_finite(np.array([1.0, np.nan]))
+    (True, False)
+    """
+    return bool(np.isfinite(x.sum())) or bool(np.isfinite(x).all())
+
+
 def _descend(params, record: np.ndarray, observe, write, move, bar=None) -> tuple:
     """The one training loop behind :func:`train`, :func:`train_joint_problem` and :func:`train_kq`.
 
@@ -666,7 +677,7 @@ def train(
         terms, log_scale, g, g_norm, log_gn = seen
         # A finite log-norm means a finite log-scale and a finite, non-zero ‖g‖: with finite
         # parameters nothing is unusable, and the per-member tests (a dozen small calls) are skipped.
-        if not (np.isfinite(log_gn).all() and np.isfinite(flat).all()):
+        if not (np.isfinite(log_gn).all() and _all_finite(flat)):
             loop.stop_unusable(np.isfinite(flat).all(axis=-1), g_norm, log_scale)
         if rule.moves_itself:  # mirror / steepest / Adam rules (the last section of this module)
             return (flat - rule.update(flat, log_scale, g, lrs, state, prob.shape),)
@@ -1296,6 +1307,8 @@ def train_kq(
     start = time.perf_counter()
 
     def step_per_norm(lr, norm):  # lr/‖g‖ (0 where g = 0) as a (B, 1, 1) factor
+        if (norm > 0).all():  # the common case (False on NaN): the same numbers in one call
+            return (lr / norm)[:, None, None]
         return np.where(norm > 0, lr / np.where(norm > 0, norm, 1.0), 0.0)[:, None, None]
 
     def observe(recording):
@@ -1319,11 +1332,11 @@ def train_kq(
         _, log_scale, gK, gQ, nK, nQ, g_norm, log_gn, log_gap = seen
         # As in train(): with a finite log-norm and finite factors nothing is unusable, and the
         # per-member tests (reductions over two axes of K and Q) are skipped.
-        if not (np.isfinite(log_gn).all() and np.isfinite(K).all() and np.isfinite(Q).all()):
+        if not (np.isfinite(log_gn).all() and _all_finite(K) and _all_finite(Q)):
             loop.stop_unusable(np.isfinite(K).all(axis=(1, 2)) & np.isfinite(Q).all(axis=(1, 2)), g_norm, log_scale)
         # Each move as g · (length/‖g‖), a factor per trajectory: one pass over each factor's gradient
-        if method == "ngd" and normalize == "separate":
-            return gK * step_per_norm(lr, nK), gQ * step_per_norm(lr, nQ)
+        if method == "ngd" and normalize == "separate":  # in place: this step's gradients are not read again
+            return np.multiply(gK, step_per_norm(lr, nK), out=gK), np.multiply(gQ, step_per_norm(lr, nQ), out=gQ)
         length = rule.lengths(np.full(B, float(lr)), log_gn, log_gap)
         coef = (length / np.where(g_norm > 0, g_norm, 1.0))[:, None, None]
         return gK * coef, gQ * coef

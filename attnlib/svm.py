@@ -1136,7 +1136,8 @@ def nuclear_svm_batch(a, z, tol: float = 1e-10, max_iter: int = 80) -> SVMBatch:
         P = T(LZ) @ LZ  # Z⁻¹
         XUU, XWW, XWU = a_ @ Ya[:, :p, :p] @ T(a_), z_ @ Ya[:, p:, p:] @ T(z_), z_ @ Ya[:, p:, :p] @ T(a_)
         PUU, PWW, PWU = a_ @ P[:, :p, :p] @ T(a_), z_ @ P[:, p:, p:] @ T(z_), z_ @ P[:, p:, :p] @ T(a_)
-        M = XWU * T(PWU) + XWW * PUU + XUU * PWW + T(XWU) * PWU + (xa / la)[:, :, None] * eye_K
+        cross = XWU * T(PWU)  # its transpose is the fourth product, T(XWU) * PWU, to the bit
+        M = cross + XWW * PUU + XUU * PWW + T(cross) + (xa / la)[:, :, None] * eye_K
         M[stop] = eye_K
         # M grows like 1/μ: apply L⁻¹ and L⁻ᵀ in turn, never an explicit M⁻¹
         Li = _triangular_inverse(_cholesky_or_stop(M, stop))
